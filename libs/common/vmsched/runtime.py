@@ -23,6 +23,28 @@ if TYPE_CHECKING:
     import asyncpg
 
 
+#: How often a background task that has not stopped yet is cancelled again while closing.
+RECANCEL_INTERVAL_S = 0.2
+
+
+async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel `tasks` and wait until every one has ended.
+
+    One cancel is not always enough: on Python 3.11 a cancellation that arrives while redis-py is
+    inside asyncio.wait_for can be swallowed (see vmsched.store._aio), and a periodic loop would
+    then run on forever and hang the shutdown. So the cancel is repeated until the task is done.
+    """
+    pending = {t for t in tasks if not t.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=RECANCEL_INTERVAL_S)
+    for task in tasks:
+        if not task.cancelled():
+            with contextlib.suppress(Exception):
+                task.exception()  # retrieved, so asyncio does not warn it was never read
+
+
 @dataclass
 class Runtime:
     settings: Settings
@@ -54,11 +76,7 @@ class Runtime:
         return task
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await stop_tasks(self._tasks)
         self._tasks.clear()
         await self.bus.close()
         if self._pg is not None:
