@@ -249,6 +249,47 @@ def test_power_saving_nothing_to_do() -> None:
     assert out == type(out)()
 
 
+def test_power_saving_min_free_memory_alone_evacuates_underused_host() -> None:
+    # oVirt treats a missing MaxFreeMemoryForOverUtilized as 0: with only the under-utilization
+    # threshold set, a host with more free scheduling memory than it is still emptied onto any
+    # host with memory left.
+    t = at(
+        table(
+            host("h1", vm_count=1, mem_committed_mb=1000),  # 3096 MB free for scheduling > 2000
+            host("h2", vm_count=2, mem_committed_mb=2900),  # 1196
+        )
+    )
+    vms = [vmr("a", "h1", mem_mb=512), vmr("b", "h2"), vmr("c", "h2")]
+    out = power_saving_balance(t, vms, {"MinFreeMemoryForUnderUtilized": "2000"})
+    assert out.migration is not None
+    assert (out.migration.vm_id, out.migration.source_host, out.migration.candidates) == ("a", "h1", ("h2",))
+    assert out.migration.reason == (
+        "host h1 free scheduling memory 3096 MB > MinFreeMemoryForUnderUtilized 2000 MB: evacuating it"
+    )
+    # the destination must keep more than MaxFree (0) after the VM (512 + 64 MB): 500 - 576 does not
+    tight = at(table(host("h1", vm_count=1, mem_committed_mb=1000), host("h2", vm_count=2, mem_committed_mb=3596)))
+    assert power_saving_balance(tight, vms, {"MinFreeMemoryForUnderUtilized": "2000"}).migration is None
+    # neither threshold: no memory balancing (an unset MinFree means no host has too much)
+    assert power_saving_balance(t, vms, {}).migration is None
+
+
+def test_memory_balancing_without_max_free_never_treats_a_host_as_short() -> None:
+    # oVirt's max scheduling memory never goes below 0, so an unset MaxFree (0) makes no host a
+    # memory source, even an overcommitted one running several VMs.
+    t = at(
+        table(
+            host("h1", vm_count=2, mem_committed_mb=5000),  # -904 MB: overcommitted
+            host("h2"),
+        )
+    )
+    vms = [vmr("a", "h1"), vmr("b", "h1")]
+    assert even_distribution_balance(t, vms, {"MinFreeMemoryForUnderUtilized": "100"}).migration is None
+    assert power_saving_balance(t, vms, {}).migration is None
+    out = even_distribution_balance(t, vms, {"MaxFreeMemoryForOverUtilized": "1"})
+    assert out.migration is not None
+    assert (out.migration.source_host, out.migration.candidates) == ("h1", ("h2",))
+
+
 def test_power_advice_off_beyond_reserve_and_on_when_short() -> None:
     t = at(
         table(

@@ -107,6 +107,27 @@ def test_or_needs_a_real_alternative() -> None:
     assert not match("", "<or> a <or>")
 
 
+@pytest.mark.parametrize(
+    ("value", "requirement", "expected"),
+    [
+        # Nova accepts a closing <in> and matches it like the bare form
+        ("12311321", "<in> 12311321 <in>", True),
+        ("12311321", "<in> 11 <in>", True),
+        ("12310321", "<in> 11 <in>", False),
+        ("Intel Xeon Gold", "<in> Xeon Gold <in>", True),
+        ("Intel Xeon", "<in> Xeon Gold <in>", False),
+        # the operand ends at the keyword (Nova reads only the first operand word)
+        ("gcc-12", "<in> gcc <in> rust", True),
+        ("rust", "<in> gcc <in> rust", False),
+        # nothing before the keyword: no operand
+        ("<in>", "<in> <in>", False),
+        ("x", "<in> <in> x", False),
+    ],
+)
+def test_in_with_closing_keyword(value: str, requirement: str, expected: bool) -> None:
+    assert match(value, requirement) is expected
+
+
 @given(st.integers(-(10**6), 10**6), st.integers(-(10**6), 10**6))
 def test_numeric_operators_agree_with_python(x: int, y: int) -> None:
     v = str(x)

@@ -147,6 +147,69 @@ def test_memory_skips_checks_on_current_host() -> None:
     assert kept(hosts, verdict) == ["src"]
 
 
+HUGE_VM = {"hugepages": True, "mem_mb": 1024, "hugepage_size_kb": 2048}  # 512 pages of 2 MiB, + 64 MB overhead
+
+
+def test_memory_hugepage_vm_needs_only_uncovered_pages_and_overhead() -> None:
+    # Static huge pages are outside the host's free memory: pages the host has free cover the
+    # VM's memory, and only the rest (plus the overhead) must come from free memory.
+    hosts = table(
+        host("covered", mem_free_mb=500, hugepages_free={2048: 512}),
+        host("half", mem_free_mb=500, hugepages_free={2048: 256}),  # 256 pages = 512 MB + 64 > 500
+        host("half-roomy", mem_free_mb=576, hugepages_free={2048: 256}),
+        host("other-size", mem_free_mb=1000, hugepages_free={1048576: 4}),  # none of 2 MiB: all 1088
+    )
+    verdict = memory_filter(hosts, vm(**HUGE_VM), {})
+    assert kept(hosts, verdict) == ["covered", "half-roomy"]
+    assert reasons(hosts, verdict) == {
+        "half": "free memory 500 MB < required 576 MB"
+        " (512 MB not covered by free 2048 KiB huge pages + overhead 64 MB)",
+        "other-size": "free memory 1000 MB < required 1088 MB"
+        " (1024 MB not covered by free 2048 KiB huge pages + overhead 64 MB)",
+    }
+
+
+def test_memory_hugepage_vm_overcommit_check_counts_only_uncovered_pages() -> None:
+    # 100 % x 4096 - committed 3996 = 100 MB of max scheduling memory: enough for the overhead of
+    # a VM whose pages are all free on the host, not for one that needs 38 MB of pages more.
+    hosts = table(
+        host("covered", mem_committed_mb=3996, hugepages_free={2048: 512}),
+        host("short-19-pages", mem_committed_mb=3996, mem_free_mb=4096 - 3996 + 100, hugepages_free={2048: 493}),
+    )
+    verdict = memory_filter(hosts, vm(**HUGE_VM), {})
+    assert kept(hosts, verdict) == ["covered"]
+    # 19 pages uncovered = 38 MB + 64 = 102 > 100
+    assert reasons(hosts, verdict)["short-19-pages"].startswith(
+        "max scheduling memory 100 MB < required 102 MB (38 MB not covered by free 2048 KiB huge pages"
+    )
+
+
+def test_memory_hugepage_pending_counts_against_pages_and_memory() -> None:
+    # 100 MB pending -> 50 pages of 2 MiB may be taken, and 100 MB of free memory.
+    hosts = table(
+        host("h1", mem_free_mb=200, hugepages_free={2048: 562}),  # 512 pages left: need 64 <= 100
+        host("h2", mem_free_mb=200, hugepages_free={2048: 540}),  # 490 left: 22 pages = 44 + 64 > 100
+        pending=[pend("h1", mem_mb=100), pend("h2", mem_mb=100)],
+    )
+    verdict = memory_filter(hosts, vm(**HUGE_VM), {})
+    assert kept(hosts, verdict) == ["h1"]
+    assert reasons(hosts, verdict)["h2"].startswith("free memory 200 MB - pending 100 MB = 100 MB < required 108 MB")
+
+
+def test_memory_hugepage_uncovered_part_rounds_up_to_whole_pages_and_never_uses_swap() -> None:
+    # 1500 MB in 1 GiB pages is 2 pages: without free 1 GiB pages the kernel must find 2048 MB.
+    spec = vm(hugepages=True, mem_mb=1500, hugepage_size_kb=1048576, use_swap=True)
+    hosts = table(
+        host("h1", mem_free_mb=2112),
+        host("h2", mem_free_mb=2111, swap_total_mb=4096, swap_free_mb=4096),
+        host("h3", mem_free_mb=100, hugepages_free={1048576: 1}),  # 1 page uncovered: 1024 + 64
+    )
+    verdict = memory_filter(hosts, spec, {})
+    assert kept(hosts, verdict) == ["h1"]
+    assert reasons(hosts, verdict)["h2"].startswith("free memory 2111 MB < required 2112 MB")
+    assert reasons(hosts, verdict)["h3"].startswith("free memory 100 MB < required 1088 MB")
+
+
 memory_hosts = st.lists(
     st.fixed_dictionaries(
         {
@@ -156,6 +219,7 @@ memory_hosts = st.lists(
             "mem_committed_mb": st.integers(0, 8192),
             "reserved_mem_mb": st.integers(0, 512),
             "pending": st.integers(0, 4096),
+            "free_pages": st.integers(0, 4096),
         }
     ),
     min_size=0,
@@ -175,15 +239,23 @@ def test_memory_keeps_exactly_the_hosts_that_pass_both_checks(
     specs: list[dict[str, int]], mem: int, overcommit: int, use_swap: bool, hugepages: bool
 ) -> None:
     states = [
-        host(f"h{i}", **{k: v for k, v in s.items() if k != "pending"}, swap_total_mb=s["swap_free_mb"])
+        host(
+            f"h{i}",
+            **{k: v for k, v in s.items() if k not in ("pending", "free_pages")},
+            swap_total_mb=s["swap_free_mb"],
+            hugepages_free={2048: s["free_pages"]},
+        )
         for i, s in enumerate(specs)
     ]
     pending = [pend(f"h{i}", mem_mb=s["pending"]) for i, s in enumerate(specs) if s["pending"]]
     hosts = table(*states, overcommit=overcommit, pending=pending)
-    spec = vm(mem_mb=mem, use_swap=use_swap, hugepages=hugepages)
+    spec = vm(mem_mb=mem, use_swap=use_swap, hugepages=hugepages, hugepage_size_kb=2048)
     verdict = memory_filter(hosts, spec, {})
-    need = mem + 64
     for i, s in enumerate(specs):
+        need = mem + 64
+        if hugepages:  # 2 MiB pages: the pages not free after the pending ones, 2 MB each
+            pages, pending_pages = -(-mem // 2), -(-s["pending"] // 2)
+            need = 2 * max(pages - max(s["free_pages"] - pending_pages, 0), 0) + 64
         swap = s["swap_free_mb"] if use_swap and not hugepages else 0
         physical_ok = need <= s["mem_free_mb"] - s["pending"] + swap
         max_sched = (

@@ -537,6 +537,40 @@ def test_json_filter_references() -> None:
     assert kept(hosts, run("JsonFilter", hosts, vm(query=[]))) == ["a", "b"]
 
 
+def test_json_filter_service_disabled_is_the_inverse_of_enabled() -> None:
+    # Nova's commonest query keeps hosts whose compute service is not disabled.
+    hosts = table(host("on", disk_free_mb=300 * 1024), host("off", enabled=False, disk_free_mb=300 * 1024))
+
+    def passing(query: list[Any]) -> list[str]:
+        return kept(hosts, run("JsonFilter", hosts, vm(query=query)))
+
+    assert passing(["not", "$service.disabled"]) == ["on"]
+    assert passing(["=", "$service.disabled", False]) == ["on"]
+    assert passing(["=", "$service.disabled", True]) == ["off"]
+    assert passing(
+        ["and", [">=", "$free_ram_mb", 1024], [">=", "$free_disk_mb", 200 * 1024], ["not", "$service.disabled"]]
+    ) == ["on"]
+    assert passing(["=", "$service.host", "off"]) == ["off"]
+    assert passing(["=", "$service.no_such_field", 1]) == []  # missing: dropped, one argument left
+
+
+def test_json_filter_maps_the_variables_nova_documents() -> None:
+    hosts = table(host("h1", capabilities={"cpu_info": '{"vendor": "Intel"}'}))
+    documented = [
+        "free_ram_mb",
+        "free_disk_mb",
+        "hypervisor_hostname",
+        "total_usable_ram_mb",
+        "vcpus_total",
+        "vcpus_used",
+    ]
+    for name in [*documented, "service", "failed_builds", "cpu_info"]:
+        assert host_attribute(hosts, 0, name) is not None, name
+    assert host_attribute(hosts, 0, "service") == {"disabled": False, "host": "h1"}
+    assert kept(hosts, run("JsonFilter", hosts, vm(query=["=", "$cpu_info.vendor", "Intel"]))) == ["h1"]
+    assert kept(hosts, run("JsonFilter", hosts, vm(query=["<", "$failed_builds", 1]))) == ["h1"]
+
+
 def test_json_filter_invalid_query_removes_all_with_reason() -> None:
     hosts = hosts_n(2)
     verdict = run("JsonFilter", hosts, vm(query=["xor", 1, 2]))

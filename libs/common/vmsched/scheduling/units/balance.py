@@ -151,9 +151,10 @@ def _order(indices: BoolArray, key: FloatArray, descending: bool) -> list[int]:
     return [int(p) for p in pos[np.argsort(k, kind="stable")]]
 
 
-def _mem_limit(props: Props, name: str) -> float | None:
+def _mem_limit(props: Props, name: str, unset: float) -> float:
+    """A memory threshold in MB; `unset` when the property is missing or empty."""
     value = props.get(name)
-    return None if value in (None, "") else float(value)
+    return unset if value in (None, "") else float(value)
 
 
 def _over_utilized(hosts: HostTable, high: float, duration_s: float) -> tuple[BoolArray, FloatArray]:
@@ -177,9 +178,13 @@ def _cpu_reason(hosts: HostTable, high: float, over_for: FloatArray) -> Callable
 
 def _memory_sources(hosts: HostTable, max_free: float, min_vms: int) -> list[int]:
     """Up hosts with less max scheduling memory than `max_free` and more than `min_vms` - 1 VMs,
-    the tightest first (oVirt getHostsWithLessFreeMemory: more than one VM)."""
+    the tightest first (oVirt getHostsWithLessFreeMemory: more than one VM).
+
+    oVirt's max scheduling memory is never below 0, so with MaxFreeMemoryForOverUtilized unset
+    (0) no host is short of memory, even an overcommitted one; the clamp keeps that."""
     sched = max_scheduling_memory_mb(hosts)
-    return _order(hosts.up & (sched < max_free) & (hosts.vm_count >= min_vms), sched, descending=False)
+    short = np.maximum(sched, 0.0) < max_free
+    return _order(hosts.up & short & (hosts.vm_count >= min_vms), sched, descending=False)
 
 
 def _memory_reason(hosts: HostTable, max_free: float) -> Callable[[int], str]:
@@ -203,18 +208,19 @@ def even_distribution_balance(hosts: HostTable, vms: Sequence[VmReport], props: 
     first source's least CPU-hungry movable VM that fits a destination without pushing it over High;
     the candidates are the destinations it fits.
 
-    Memory (only when MaxFreeMemoryForOverUtilized is set): sources have less max scheduling memory
-    than it and run more than one VM (tightest first); destinations have more than
-    MinFreeMemoryForUnderUtilized (0 when unset). Tried when the CPU pass finds no migration.
+    Memory: sources have less max scheduling memory than MaxFreeMemoryForOverUtilized and run more
+    than one VM (tightest first); destinations have more than MinFreeMemoryForUnderUtilized. Tried
+    when the CPU pass finds no migration. As in oVirt, each threshold is 0 when unset, so without
+    MaxFreeMemoryForOverUtilized no host is a memory source.
     """
     if int(np.count_nonzero(hosts.up)) < 2:
         return BalanceOutcome()
     high = float(prop_int(props, "HighUtilization", _DEFAULT_HIGH))
     duration_s = 60.0 * prop_int(props, "CpuOverCommitDurationMinutes", _DEFAULT_DURATION_MIN)
-    max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized")
-    min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized")
+    max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized", 0.0)
+    min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized", 0.0)
     load = effective_load(hosts)
-    fit = _Fit(high, max_free or 0.0)
+    fit = _Fit(high, max_free)
     dest_ok = _destination_mask(hosts)
 
     over, over_for = _over_utilized(hosts, high, duration_s)
@@ -228,13 +234,13 @@ def even_distribution_balance(hosts: HostTable, vms: Sequence[VmReport], props: 
         load,
         _cpu_reason(hosts, high, over_for),
     )
-    if migration is None and max_free is not None:
+    if migration is None:
         sched = max_scheduling_memory_mb(hosts)
         migration = _find(
             hosts,
             vms,
             _memory_sources(hosts, max_free, 2),
-            dest_ok & (sched > (min_free or 0.0)),
+            dest_ok & (sched > min_free),
             fit,
             load,
             _memory_reason(hosts, max_free),
@@ -254,9 +260,12 @@ def power_saving_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props
        VM that fits goes to hosts that run VMs, are neither over- nor under-utilized (load >= Low)
        and stay <= High; when none fits, to other hosts that run VMs, are not over-utilized and are
        at least as loaded as the source (so VMs are packed, never spread onto empty hosts);
-    3. memory (when MaxFreeMemoryForOverUtilized is set): hosts with less max scheduling memory than
-       it (more than one VM), then hosts with more than MinFreeMemoryForUnderUtilized (at least one
-       VM), onto hosts with more than MaxFreeMemoryForOverUtilized.
+    3. memory: hosts with less max scheduling memory than MaxFreeMemoryForOverUtilized (more than
+       one VM), then hosts with more than MinFreeMemoryForUnderUtilized (at least one VM), onto
+       hosts with more than MaxFreeMemoryForOverUtilized. As in oVirt, an unset
+       MaxFreeMemoryForOverUtilized is 0 (no host is short of memory; any host with memory left is
+       a destination) and an unset MinFreeMemoryForUnderUtilized is infinite (no host is evacuated
+       for having too much), so either threshold alone drives its half.
 
     Power advice (EnableAutomaticHostPowerManagement=true), at most one per cycle as in oVirt's
     evaluatePowerManagementSituation. An *empty* host is Up with no VM running or pending:
@@ -276,10 +285,12 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
     high = float(prop_int(props, "HighUtilization", _DEFAULT_HIGH))
     low = float(prop_int(props, "LowUtilization", _DEFAULT_LOW))
     duration_s = 60.0 * prop_int(props, "CpuOverCommitDurationMinutes", _DEFAULT_DURATION_MIN)
-    max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized")
-    min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized")
+    # oVirt treats a missing MaxFree as 0 and a missing MinFree as "no limit": with only
+    # MinFreeMemoryForUnderUtilized set, under-used hosts are still emptied.
+    max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized", 0.0)
+    min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized", math.inf)
     load = effective_load(hosts)
-    fit = _Fit(high, max_free or 0.0)
+    fit = _Fit(high, max_free)
     dest_ok = _destination_mask(hosts)
 
     over, over_for = _over_utilized(hosts, high, duration_s)
@@ -314,23 +325,20 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
             if found is not None:
                 return found
 
-    if max_free is not None:
-        sched = max_scheduling_memory_mb(hosts)
-        sources = _memory_sources(hosts, max_free, 2)
-        if min_free is not None:
-            sources += [i for i in _order(hosts.up & (sched > min_free) & (hosts.vm_count >= 1), sched, True)]
-        tight = _memory_reason(hosts, max_free)
+    sched = max_scheduling_memory_mb(hosts)
+    tight_sources = _memory_sources(hosts, max_free, 2)
+    sources = tight_sources + _order(hosts.up & (sched > min_free) & (hosts.vm_count >= 1), sched, True)
+    tight = _memory_reason(hosts, max_free)
 
-        def mem_reason(i: int) -> str:
-            if sched[i] < max_free:
-                return tight(i)
-            return (
-                f"host {hosts.ids[i]} free scheduling memory {fmt_num(round(float(sched[i])))} MB"
-                f" > MinFreeMemoryForUnderUtilized {fmt_num(min_free or 0.0)} MB: evacuating it"
-            )
+    def mem_reason(i: int) -> str:
+        if i in tight_sources:
+            return tight(i)
+        return (
+            f"host {hosts.ids[i]} free scheduling memory {fmt_num(round(float(sched[i])))} MB"
+            f" > MinFreeMemoryForUnderUtilized {fmt_num(min_free)} MB: evacuating it"
+        )
 
-        return _find(hosts, vms, sources, dest_ok & (sched > max_free), fit, load, mem_reason)
-    return None
+    return _find(hosts, vms, sources, dest_ok & (sched > max_free), fit, load, mem_reason)
 
 
 def _power_advice(hosts: HostTable, props: Props, migration: Migration | None) -> tuple[PowerChange, ...]:

@@ -9,7 +9,7 @@ Nova's ``extra_specs_ops``):
 ``= x``         value >= x as numbers (*not* equality: "at least", like vCPUs)
 ``== x``        equal as numbers; ``!= x``, ``>= x``, ``<= x`` likewise numeric
 ``s== x``       equal as strings; ``s!=``, ``s<``, ``s<=``, ``s>``, ``s>=`` likewise
-``<in> x``      x is a substring of the value
+``<in> x``      x is a substring of the value (``<in> x <in>``, with a closing keyword, too)
 ``<all-in> a b``  every word a, b, ... is a substring of the value
 ``<or> a <or> b``  the value equals one of the alternatives
 anything else   plain string equality of the whole requirement (so ``> 2`` and ``< 2``,
@@ -24,7 +24,9 @@ Decisions where Nova is silent or crashes (documented deviations):
   compares with "Intel Xeon" (Nova compares with the first word only, "Intel"). Numeric operands
   are therefore one word in practice; ``>= 5 cores`` does not parse and does not match.
 * An ``<or>`` alternative is the text between two ``<or>`` keywords (Nova takes single words and
-  skips every other word without checking it is ``<or>``).
+  skips every other word without checking it is ``<or>``). Likewise the ``<in>`` operand ends at
+  the next ``<in>`` keyword, so Nova's ``<in> x <in>`` means ``<in> x``; ``<in> <in>``, with nothing
+  before the keyword, has no operand and never matches (Nova looks for the text "<in>").
 * A value or operand that is not a number never matches a numeric operator (Nova raises
   ValueError out of the filter).
 
@@ -118,9 +120,13 @@ def match(value: str | None, requirement: str) -> bool:
         return any(alt and " ".join(alt) == value for alt in alternatives)
     if op == ALL_IN:
         return all(word in value for word in operands)
-    operand = " ".join(operands)
     if op == IN:
-        return operand in value
+        # Nova also accepts a closing keyword, "<in> X <in>", and matches it like "<in> X" (it reads
+        # only the operand's first word): the operand is the text before the next <in>.
+        if IN in operands:
+            operands = operands[: operands.index(IN)]
+        return bool(operands) and " ".join(operands) in value
+    operand = " ".join(operands)
     if op in _STRING:
         return _STRING[op](value, operand)
     have, want = _number(value), _number(operand)

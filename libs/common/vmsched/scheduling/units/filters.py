@@ -86,32 +86,55 @@ def max_scheduling_memory_mb(hosts: HostTable) -> FloatArray:
 def memory_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     """Physical check, then overcommit check (oVirt's order; the first failure is the reason).
 
+    A VM's *memory need* is its memory plus overhead. A VM backed by static huge pages takes its
+    memory from the host's free huge pages of its page size, which are outside the host's free
+    memory; as in oVirt, only the pages those free pages (after the pending ones, counted as in the
+    HugePages filter) do not cover, rounded up to whole pages, plus the overhead are its need here:
+    the kernel would have to allocate the missing pages from ordinary memory.
+
     Physical: need <= free - pending (+ free swap when the VM may use swap and is not backed by
-    huge pages: QEMU's up-front allocation check counts swap, static huge pages cannot be swapped).
+    huge pages: QEMU's up-front allocation check counts swap, huge pages cannot be swapped).
     Overcommit: need <= max scheduling memory. As in oVirt, both checks are skipped on the host the
     VM already runs on (its memory is already there); the Migration filter removes that host anyway.
     """
-    need = vm_memory_need_mb(vm)
+    n = len(hosts)
+    if vm.hugepages:
+        size = vm.hugepage_size_kb
+        _, free_pages, pending_pages = _free_hugepages(hosts, size)
+        covered = np.maximum(free_pages - pending_pages, 0.0)
+        uncovered_mb = np.ceil(np.maximum(hugepages_needed(vm.mem_mb, size) - covered, 0.0) * size / 1024.0)
+        need = uncovered_mb + float(vm.overhead_mb)
+    else:
+        need = np.full(n, vm_memory_need_mb(vm))
     swap_counts = vm.use_swap and not vm.hugepages
-    swap = hosts.swap_free_mb if swap_counts else np.zeros(len(hosts))
+    swap = hosts.swap_free_mb if swap_counts else np.zeros(n)
     physical = hosts.mem_free_mb - hosts.pending_mem_mb + swap
     max_sched = max_scheduling_memory_mb(hosts)
     phys_ok = need <= physical
     keep = (phys_ok & (need <= max_sched)) | current_host_mask(hosts, vm)
 
+    def required(i: int) -> str:
+        text = f"required {fmt_num(need[i])} MB"
+        if vm.hugepages:
+            text += (
+                f" ({fmt_num(uncovered_mb[i])} MB not covered by free {vm.hugepage_size_kb} KiB huge pages"
+                f" + overhead {vm.overhead_mb} MB)"
+            )
+        return text
+
     def reason(i: int) -> str:
         if not phys_ok[i]:
             pending, free_swap = hosts.pending_mem_mb[i], swap[i]
             if pending == 0 and free_swap == 0:
-                return f"free memory {fmt_num(physical[i])} MB < required {fmt_num(need)} MB"
+                return f"free memory {fmt_num(physical[i])} MB < {required(i)}"
             parts = f"free memory {fmt_num(hosts.mem_free_mb[i])} MB"
             if pending:
                 parts += f" - pending {fmt_num(pending)} MB"
             if free_swap:
                 parts += f" + free swap {fmt_num(free_swap)} MB"
-            return f"{parts} = {fmt_num(physical[i])} MB < required {fmt_num(need)} MB"
+            return f"{parts} = {fmt_num(physical[i])} MB < {required(i)}"
         return (
-            f"max scheduling memory {fmt_num(max_sched[i])} MB < required {fmt_num(need)} MB "
+            f"max scheduling memory {fmt_num(max_sched[i])} MB < {required(i)} "
             f"(overcommit {hosts.settings.memory_overcommit_pct}% of {fmt_num(hosts.physical_mem_mb[i])} MB"
             f" - committed {fmt_num(hosts.mem_committed_mb[i])} MB"
             f" - reserved {fmt_num(hosts.reserved_mem_mb[i])} MB"
@@ -341,6 +364,15 @@ def hugepages_needed(mem_mb: float | FloatArray, size_kb: int) -> FloatArray:
     return np.ceil(np.asarray(mem_mb, dtype=np.float64) * 1024.0 / size_kb)
 
 
+def _free_hugepages(hosts: HostTable, size_kb: int) -> tuple[BoolArray, FloatArray, FloatArray]:
+    """Per host: whether it reports pages of `size_kb`, how many are free, and how many the
+    pending records may take (their whole memory as pages of that size; see hugepages_filter)."""
+    n = len(hosts)
+    has_size = np.fromiter((size_kb in pages for pages in hosts.hugepages_free), dtype=np.bool_, count=n)
+    free = np.fromiter((pages.get(size_kb, 0) for pages in hosts.hugepages_free), dtype=np.float64, count=n)
+    return has_size, free, hugepages_needed(hosts.pending_mem_mb, size_kb)
+
+
 def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     """A VM backed by static huge pages needs ceil(memory x 1024 / page size) free pages of its page
     size on the host, after the pending ones; a host without pages of that size is removed. As in
@@ -357,10 +389,7 @@ def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
         return FilterVerdict.keep_all(hosts)
     size = vm.hugepage_size_kb
     need = float(hugepages_needed(vm.mem_mb, size))
-    n = len(hosts)
-    has_size = np.fromiter((size in pages for pages in hosts.hugepages_free), dtype=np.bool_, count=n)
-    free = np.fromiter((pages.get(size, 0) for pages in hosts.hugepages_free), dtype=np.float64, count=n)
-    pending = hugepages_needed(hosts.pending_mem_mb, size)
+    has_size, free, pending = _free_hugepages(hosts, size)
     available = free - pending
     keep = (has_size & (available >= need)) | current_host_mask(hosts, vm)
 

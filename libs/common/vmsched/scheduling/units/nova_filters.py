@@ -91,9 +91,23 @@ def _cpus_at(t: HostTable, i: int) -> float:
 
 _Getter = Callable[[HostTable, int], Any]
 
+
+def _service_at(t: HostTable, i: int) -> dict[str, Any]:
+    """Nova HostState.service, the host's compute service record, for what vmsched knows of it:
+    ``disabled`` is the inverse of the host's enabled flag (Nova's commonest query is
+    ``["not", "$service.disabled"]``), ``host`` its id."""
+    return {"disabled": not bool(t.enabled[i]), "host": t.ids[i]}
+
+
 #: Nova HostState attribute names -> the value on a vmsched host. Every HostTable column is also an
-#: attribute under its own name (below), so both vocabularies work.
+#: attribute under its own name (below), so both vocabularies work. Nova's scheduler guide names
+#: $free_ram_mb, $free_disk_mb, $hypervisor_hostname, $total_usable_ram_mb, $vcpus_total and
+#: $vcpus_used; its own queries also use $service.disabled.
 _NOVA_ATTRIBUTES: dict[str, _Getter] = {
+    "service": _service_at,
+    "failed_builds": lambda t, i: float(t.build_failures[i]),
+    # Nova's cpu_info is JSON text; vmsched hosts report it among their capabilities.
+    "cpu_info": lambda t, i: t.capabilities[i].get("cpu_info"),
     "host": lambda t, i: t.ids[i],
     "nodename": lambda t, i: t.ids[i],
     "hypervisor_hostname": lambda t, i: t.ids[i],
