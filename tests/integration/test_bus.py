@@ -122,8 +122,8 @@ class MemoryFactory(BusFactory):
         return [(d.queue, d.reason, d.body) for d in self.broker.dead_letters]
 
     async def send_raw(self, route: str, body: bytes) -> tuple[bytes, bool]:
-        # The served handler path, minus the encoding `call` does: the only way bytes reach it in memory.
-        return await self.broker.routes[route].handlers[0](body)
+        # The served request path, minus the encoding `call` does: the only way bytes reach it in memory.
+        return await self.broker.request(route, body, timeout=5)
 
 
 class AmqpFactory(BusFactory):
