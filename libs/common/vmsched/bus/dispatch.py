@@ -39,8 +39,6 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DEAD_LETTERS, HANDLE_SECONDS, MESSAGES
 from vmsched.settings import Settings
 
-log = get_logger("vmsched.bus")
-
 #: Unix time in integer milliseconds. Not a float: AMQP tables may carry floats as 32-bit, which at
 #: today's epoch is only 128 s precise and would put a deadline 10 s ahead into the past.
 HEADER_DEADLINE = "x-deadline-ms"
@@ -139,6 +137,7 @@ class Dispatcher:
     def __init__(self, settings: Settings, service: str) -> None:
         self.settings = settings
         self.service = service
+        self.log = get_logger("vmsched.bus")
 
     # ------------------------------------------------------------------ RPC
     async def request(
@@ -187,7 +186,7 @@ class Dispatcher:
 
     def _internal(self, delivery: Delivery, exc: BaseException, what: str) -> _Verdict:
         ref = new_reference()
-        log.error(what, queue=delivery.queue, reference=ref, error=_describe(exc), exc_info=exc)
+        self.log.error(what, queue=delivery.queue, reference=ref, error=_describe(exc), exc_info=exc)
         reply = error_reply("internal", f"internal error in {self.service} (reference {ref}); see the service log")
         return _Verdict(
             "internal",
@@ -221,7 +220,7 @@ class Dispatcher:
             except VmschedError as exc:
                 verdict = _Verdict(_code(exc), dead_letter=safe_text(exc, REASON_MAX))
             except Exception as exc:
-                log.error("event handler failed", queue=delivery.queue, error=_describe(exc), exc_info=exc)
+                self.log.error("event handler failed", queue=delivery.queue, error=_describe(exc), exc_info=exc)
                 verdict = _Verdict("failed", dead_letter=_describe(exc))
         except Exception as exc:
             verdict = _Verdict("failed", dead_letter=f"event could not be handled: {_describe(exc)}")
@@ -234,14 +233,14 @@ class Dispatcher:
         try:
             await self._publish_and_ack(delivery, transport, verdict)
         except Exception as exc:  # a bug above must not leave the message unsettled
-            log.error("settling a message failed", queue=delivery.queue, error=_describe(exc))
+            self.log.error("settling a message failed", queue=delivery.queue, error=_describe(exc))
             await self._reject(delivery, transport)
 
     async def _publish_and_ack(self, delivery: Delivery, transport: Transport, verdict: _Verdict) -> None:
         if verdict.transient is not None:
             attempts = delivery.attempts + 1
             if attempts < self.settings.transient_attempts:
-                log.warning(
+                self.log.warning(
                     "transient failure, trying again", queue=delivery.queue, attempt=attempts, error=verdict.transient
                 )
                 await asyncio.sleep(self.settings.transient_retry_delay_s * attempts)
@@ -256,7 +255,7 @@ class Dispatcher:
             verdict = replace(verdict, dead_letter=reason)
             if delivery.reply_to:
                 ref = new_reference()
-                log.error("giving up on a message", queue=delivery.queue, reference=ref, reason=reason)
+                self.log.error("giving up on a message", queue=delivery.queue, reference=ref, reason=reason)
                 reply = error_reply(
                     "internal", f"internal error in {self.service} (reference {ref}); see the service log"
                 )
@@ -276,7 +275,7 @@ class Dispatcher:
                 return
             DEAD_LETTERS.labels(delivery.queue).inc()
             MESSAGES.labels(delivery.queue, "dead_lettered").inc()
-            log.error(
+            self.log.error(
                 "message dead-lettered",
                 queue=delivery.queue,
                 reason=headers[c.HEADER_DLX_REASON],
@@ -286,32 +285,29 @@ class Dispatcher:
             MESSAGES.labels(delivery.queue, verdict.outcome).inc()
         await self._ack(delivery, transport)
 
-    @staticmethod
-    async def _try(delivery: Delivery, what: str, step: Awaitable[None]) -> bool:
+    async def _try(self, delivery: Delivery, what: str, step: Awaitable[None]) -> bool:
         try:
             await step
         except Exception as exc:
-            log.warning(f"publishing the {what} failed", queue=delivery.queue, error=_describe(exc))
+            self.log.warning(f"publishing the {what} failed", queue=delivery.queue, error=_describe(exc))
             return False
         return True
 
-    @staticmethod
-    async def _ack(delivery: Delivery, transport: Transport) -> None:
+    async def _ack(self, delivery: Delivery, transport: Transport) -> None:
         try:
             await transport.ack()
         except Exception as exc:
             # The channel is gone: the broker requeues what was not acked. Rejecting now could not work either.
-            log.warning(
+            self.log.warning(
                 "ack failed; the broker will deliver the message again", queue=delivery.queue, error=_describe(exc)
             )
 
-    @staticmethod
-    async def _reject(delivery: Delivery, transport: Transport) -> None:
+    async def _reject(self, delivery: Delivery, transport: Transport) -> None:
         MESSAGES.labels(delivery.queue, "rejected").inc()
         try:
             await transport.reject()
         except Exception as exc:
-            log.warning(
+            self.log.warning(
                 "reject failed; the broker will deliver the message again", queue=delivery.queue, error=_describe(exc)
             )
 
