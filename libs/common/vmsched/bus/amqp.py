@@ -355,10 +355,14 @@ class AmqpBus(Bus):
         if fut is not None and not fut.done():
             fut.set_result(message)
 
-    async def _wait_for_replies(self, deadline: float, newer_than: int) -> None:
-        """Until the reply consumer is registered (a newer one than `newer_than`), or BusUnavailable at the deadline."""
+    async def _wait_for_replies(self, deadline: float, newer_than: int) -> bool:
+        """Until the reply consumer is registered (a newer one than `newer_than`), or BusUnavailable at the deadline.
+
+        True if it had to wait (the connection or the RPC channel was being restored).
+        """
         loop = asyncio.get_running_loop()
         ch = self._rpc_channel
+        waited = False
         while not (
             self._replies_ready.is_set() and self._reply_generation > newer_than and ch is not None and not ch.is_closed
         ):
@@ -366,7 +370,9 @@ class AmqpBus(Bus):
                 raise BusUnavailable("the bus is closed")
             if loop.time() >= deadline:
                 raise self._unavailable("the reply consumer is not registered again yet")
+            waited = True
             await asyncio.sleep(0.02)
+        return waited
 
     async def call(self, route: str, request: Message, reply_type: type[Rep], *, timeout: float | None = None) -> Rep:
         timeout = timeout or self.settings.rpc_timeout_s
@@ -374,15 +380,22 @@ class AmqpBus(Bus):
         started = time.perf_counter()
         body = encode(request)
         newer_than = 0
+        waited = False
         try:
             while True:
-                await self._wait_for_replies(deadline, newer_than)
+                waited = await self._wait_for_replies(deadline, newer_than) or waited
                 generation = self._reply_generation
                 reply = await self._send(route, body, type_name(request), timeout, deadline, retry=newer_than == 0)
                 if reply is not None:
                     break
                 newer_than = generation  # refused for want of a reply consumer: wait for a new one, once
         except TimeoutError:
+            if waited:
+                # The outage took the call's time; "too slow" would send the operator to the wrong place.
+                RPC_ERRORS.labels(route, "unavailable").inc()
+                raise self._unavailable(
+                    f"the connection came back too late for a reply within the call's {timeout:g} s"
+                ) from None
             RPC_ERRORS.labels(route, "timeout").inc()
             raise await self._timeout_error(route, timeout) from None
         except NoConsumer:
