@@ -676,6 +676,8 @@ async def test_bus_recovers_after_the_broker_drops_its_connections(amqp_factory:
     await server.serve(route, StateRequest, echo_state)
     assert (await client.call(route, StateRequest(cluster_id="before"), ClusterState)).cluster_id == "before"
 
+    lost: list[float] = []
+    _amqp_bus(client).connection.close_callbacks.add(lambda *_: lost.append(time.monotonic()))
     closed = await _close_connections_named(
         {f"vmsched-reconnect-server-{unique}", f"vmsched-reconnect-client-{unique}"}
     )
@@ -683,14 +685,19 @@ async def test_bus_recovers_after_the_broker_drops_its_connections(amqp_factory:
 
     reply: ClusterState | None = None
     errors: list[str] = []
-    async with asyncio.timeout(20):  # aio-pika retries every 5 s by default
+    async with asyncio.timeout(20):
         while reply is None:
             try:
                 reply = await client.call(route, StateRequest(cluster_id="after"), ClusterState, timeout=1)
-            except Exception as exc:
+            except BusUnavailable as exc:  # anything else (an aio-pika error, an internal error) fails the test
                 errors.append(repr(exc))
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.05)
+    assert lost, "the client's connection was not closed"
+    recovered_in = time.monotonic() - lost[0]
     assert reply.cluster_id == "after", errors
+    # Both ends reconnect every amqp_reconnect_interval_s (1 s); the old 5 s wait is gone.
+    assert recovered_in < 3 * amqp_factory.settings.amqp_reconnect_interval_s + SLACK_S, (recovered_in, errors)
+    print(f"calls succeeded again {recovered_in:.2f} s after rabbitmqctl closed the client's connection")
 
 
 # ---------------------------------------------------------------------------------------- poison messages
