@@ -28,6 +28,7 @@ import aio_pika
 import aiormq
 import pytest
 import redis.asyncio as aioredis
+import structlog.testing
 from aio_pika.abc import AbstractIncomingMessage
 
 from vmsched import constants as c
@@ -809,6 +810,7 @@ async def test_transient_failures_end_in_the_dead_letter_queue_after_a_few_attem
 # ---------------------------------------------------------------------------------------- dead-letter queue
 async def test_dead_letter_queue_is_bounded_in_bytes_and_messages(amqp_factory: AmqpFactory) -> None:
     ops = await amqp_factory.ops()
+    assert ops.dead_letter_queue_bounded
     name = ops.name(c.DEAD_LETTER_QUEUE)
     wanted = dead_letter_queue_arguments(amqp_factory.settings)
     assert wanted["x-max-length-bytes"] == amqp_factory.settings.dead_letter_queue_max_bytes == 256 * 1024 * 1024
@@ -825,7 +827,7 @@ async def test_dead_letter_queue_is_bounded_in_bytes_and_messages(amqp_factory: 
 
 
 async def test_existing_dead_letter_queue_with_other_arguments_is_kept_with_a_warning(
-    settings: Settings, run_id: str, capfd: pytest.CaptureFixture[str]
+    settings: Settings, run_id: str
 ) -> None:
     """A machine whose dead-letter queue predates the byte bound: the bus warns and keeps serving."""
     legacy = settings.model_copy(update={"amqp_prefix": f"test-{run_id}-legacy-{uuid.uuid4().hex[:6]}."})
@@ -835,7 +837,8 @@ async def test_existing_dead_letter_queue_with_other_arguments_is_kept_with_a_wa
     try:
         ch = await conn.channel()
         await ch.declare_queue(name, durable=True, arguments={"x-max-length": 100_000, "x-overflow": "drop-head"})
-        server, client = await factory("state-tracker"), await factory()
+        with structlog.testing.capture_logs() as logged:
+            server, client = await factory("state-tracker"), await factory()
         route = factory.route()
         await server.serve(route, StateRequest, echo_state)
         assert (await client.call(route, StateRequest(cluster_id="c1"), ClusterState)).cluster_id == "c1"
@@ -844,10 +847,15 @@ async def test_existing_dead_letter_queue_with_other_arguments_is_kept_with_a_wa
         assert is_error
         _, reason, _ = await factory.wait_dead_letter(body)  # dead_letters() reads the old queue too
         assert "invalid StateRequest" in reason
-        logged = capfd.readouterr().err
-        assert "the dead-letter queue exists with other arguments" in logged
-        assert f"rabbitmqctl delete_queue {name}" in logged
-        assert "set_policy" in logged
+        warnings = [e for e in logged if "the dead-letter queue exists with other arguments" in e["event"]]
+        assert len(warnings) == 2  # once per bus started
+        assert warnings[0]["log_level"] == "warning"
+        assert warnings[0]["queue"] == name
+        assert "inequivalent arg" in warnings[0]["broker_said"]
+        assert f"rabbitmqctl delete_queue {name}" in warnings[0]["to_migrate"]
+        assert "rabbitmqctl set_policy" in warnings[0]["to_migrate"]
+        assert '"max-length-bytes": 268435456' in warnings[0]["to_migrate"]
+        assert not _amqp_bus(server).dead_letter_queue_bounded
     finally:
         await factory.aclose()
         for obj in (name, f"{legacy.amqp_prefix}{c.RPC_EXCHANGE}", f"{legacy.amqp_prefix}{c.EVENTS_EXCHANGE}"):

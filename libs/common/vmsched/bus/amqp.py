@@ -204,6 +204,9 @@ class AmqpBus(Bus):
         #: How many times the reply consumer was registered (a retry waits for a newer one).
         self._reply_generation = 0
         self._reply_tag: str | None = None
+        #: False when an older dead-letter queue (declared with other arguments) is used as it is.
+        self.dead_letter_queue_bounded = True
+        self._dlq_warned = False
 
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
@@ -288,8 +291,9 @@ class AmqpBus(Bus):
         try:
             await ch.queue_declare(name, durable=True, arguments=wanted)
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            self.dead_letter_queue_bounded = False
             policy = json.dumps({k.removeprefix("x-"): v for k, v in wanted.items()})
-            log.warning(
+            (log.debug if self._dlq_warned else log.warning)(
                 "the dead-letter queue exists with other arguments; using it as it is (not bounded by bytes)",
                 queue=name,
                 broker_said=str(exc),
@@ -300,6 +304,7 @@ class AmqpBus(Bus):
                     f"vmsched-dead-letter '^{name}$' '{policy}' --apply-to queues"
                 ),
             )
+            self._dlq_warned = True
             ch = await amqp.channel()  # the refusal closed the first one
             await ch.queue_declare(name, passive=True)
         try:
