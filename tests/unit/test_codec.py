@@ -10,10 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from vmsched.bus.codec import decode, decode_any, describe_validation_error, encode, type_name
+from vmsched.bus.codec import (
+    ERROR_MESSAGE_MAX,
+    decode,
+    decode_any,
+    describe_validation_error,
+    encode,
+    error_reply,
+    truncate,
+    type_name,
+)
 from vmsched.bus.memory import topic_matches
 from vmsched.contracts import (
     ClusterReport,
+    ErrorReply,
     FilterRequest,
     HostReport,
     HostStatus,
@@ -273,3 +283,24 @@ def test_a_key_matches_itself_and_its_generalisations(key: list[str], data: st.D
     hashed = [*key[:i], "#", *key[j:]]  # words i..j-1 (possibly none) collapse into one #
     assert topic_matches(".".join(hashed), ".".join(key))
     assert not topic_matches(".".join([*key, "extra"]), ".".join(key))
+
+
+# ---------------------------------------------------------------------------------------- error texts
+@settings(max_examples=200)
+@given(text=st.text(max_size=30_000), limit=st.integers(min_value=40, max_value=10_000))
+def test_truncate_keeps_short_text_and_bounds_long_text(text: str, limit: int) -> None:
+    cut = truncate(text, limit)
+    assert len(cut) <= limit
+    if len(text) <= limit:
+        assert cut == text
+    else:
+        assert cut.endswith("more characters cut]")
+        assert text.startswith(cut[: cut.rindex("... [")])
+
+
+@settings(max_examples=100)
+@given(code=st.text(max_size=80), message=st.text(max_size=20_000), location=st.none() | st.text(max_size=2000))
+def test_error_reply_accepts_anything_and_fits_the_model(code: str, message: str, location: str | None) -> None:
+    reply = error_reply(code, message, location)
+    assert decode(encode(reply), ErrorReply) == reply  # valid on the wire, whatever went in
+    assert len(reply.message) <= ERROR_MESSAGE_MAX

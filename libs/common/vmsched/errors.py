@@ -16,6 +16,7 @@
     ├── BusError                  talking to RabbitMQ
     │   ├── RpcTimeout            no reply within the call's timeout (publish, queueing and work included)
     │   ├── NoConsumer            the request was returned unroutable, or no service consumes its queue
+    │   ├── BusUnavailable        RabbitMQ cannot be reached right now (the bus reconnects by itself)
     │   └── RemoteError           the service answered with an ErrorReply (`code`, `message`, `location`)
     └── LockError                 the per-cluster lock
         ├── LockTimeout           not acquired within the acquire timeout
@@ -109,6 +110,10 @@ class NoConsumer(BusError):
     code = "no_consumer"
 
 
+class BusUnavailable(BusError):
+    code = "bus_unavailable"
+
+
 class RemoteError(BusError):
     code = "remote_error"
 
@@ -131,6 +136,7 @@ class FencedOut(LockError):
 
 __all__ = [
     "BusError",
+    "BusUnavailable",
     "FencedOut",
     "InvalidProperty",
     "InvalidRequest",

@@ -34,6 +34,16 @@ class Settings(BaseSettings):
     prefetch: int = Field(32, ge=1, le=10_000)
     #: Messages larger than this are refused (dead-lettered) before parsing.
     max_message_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    #: A dead letter's body above this many bytes is kept truncated (its headers say so and give the size).
+    dead_letter_max_body_bytes: int = Field(64 * 1024, ge=1024)
+    #: Bytes the dead-letter queue holds at most (the oldest are dropped first), besides its bound in messages.
+    dead_letter_queue_max_bytes: int = Field(256 * 1024 * 1024, ge=1024 * 1024)
+    #: Attempts at a message whose handler failed transiently (Redis away) before it is dead-lettered.
+    transient_attempts: int = Field(5, ge=1, le=100)
+    #: Pause before a transiently failed message is tried again, times the attempts made so far.
+    transient_retry_delay_s: float = Field(0.2, ge=0, le=60)
+    #: How often a lost RabbitMQ connection is tried again.
+    amqp_reconnect_interval_s: float = Field(1.0, gt=0, le=300)
     #: How often the balancer looks at each cluster it owns (oVirt: every minute).
     balance_interval_s: float = Field(60.0, gt=0)
     #: Migrations the balancer may start per cluster per cycle (oVirt: one).

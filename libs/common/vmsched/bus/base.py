@@ -1,14 +1,22 @@
 """The bus interface every service and the client use; two implementations share it.
 
 `AmqpBus` (vmsched.bus.amqp) talks to RabbitMQ; `MemoryBus` (vmsched.bus.memory) runs in one
-process for fast tests. Both give the same guarantees to handlers:
+process for fast tests. Both hand every delivery to the same vmsched.bus.dispatch.Dispatcher, so
+they give the same guarantees to handlers:
 
 * RPC (`call` / `serve`): request/reply with a correlation id and a timeout that bounds the whole
-  call. A handler's domain error (any VmschedError) becomes an ErrorReply, which `call` raises as
-  RemoteError; bad input (undecodable, oversized, wrongly typed) is answered with an ErrorReply
-  when it has a reply address *and* dead-lettered with the reason; the service keeps serving.
+  call. A handler's domain error (any VmschedError) becomes an ErrorReply with its text (cut to the
+  reply's limits), which `call` raises as RemoteError; any other exception becomes code "internal"
+  with a reference id that names the full error in the service log. Bad input (undecodable,
+  oversized, wrongly typed) is answered with an ErrorReply when it has a reply address *and*
+  dead-lettered with the reason; the service keeps serving.
 * Events (`publish` / `subscribe`): topic routing keys (constants.py); a subscriber gets decoded
   models; a message its handler cannot process is dead-lettered with the reason, never dropped.
+* A handler failing transiently (ConnectionError, OSError, TimeoutError: Redis away) gets its
+  message again a bounded number of times, then it is dead-lettered.
+* Every delivered message ends acked or rejected (into the dead-letter exchange), never stuck.
+* While RabbitMQ cannot be reached, `call`, `publish`, `serve` and `subscribe` raise
+  BusUnavailable (vmsched.errors) and the bus reconnects by itself.
 """
 
 from __future__ import annotations
@@ -66,7 +74,7 @@ class Bus(ABC):
     async def call(self, route: str, request: Message, reply_type: type[Rep], *, timeout: float | None = None) -> Rep:
         """Send `request` to the service serving `route`; return its reply.
 
-        Raises RpcTimeout, NoConsumer or RemoteError (vmsched.errors).
+        Raises RpcTimeout, NoConsumer, RemoteError or BusUnavailable (vmsched.errors).
         """
 
     @abstractmethod

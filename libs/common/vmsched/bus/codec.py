@@ -6,17 +6,25 @@ consumer of a topic with several message kinds (state.#) knows which model to va
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TypeVar
 
 from pydantic import ValidationError
 
-from vmsched.contracts import Message
+from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import InvalidRequest
 
 M = TypeVar("M", bound=Message)
 
 CONTENT_TYPE = "application/json"
+
+#: ErrorReply's own bounds (read from the model, so the two never drift apart).
+ERROR_MESSAGE_MAX = next(m.max_length for m in ErrorReply.model_fields["message"].metadata if hasattr(m, "max_length"))
+ERROR_LOCATION_MAX = next(
+    m.max_length for m in ErrorReply.model_fields["location"].metadata if hasattr(m, "max_length")
+)
+_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 
 def encode(message: Message) -> bytes:
@@ -67,3 +75,34 @@ def decode_any(
     if model is None:
         raise InvalidRequest(f"unexpected message type {type_header!r}; expected one of {sorted(models)}")
     return decode(body, model, max_bytes=max_bytes)
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, saying how much was cut (error texts echo user input)."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len("... [ more characters cut]") - len(str(len(text))), 0)
+    return (text[:keep] + f"... [{len(text) - keep} more characters cut]")[:limit]
+
+
+def safe_text(value: object, limit: int) -> str:
+    """str(value), bounded; never raises (an exception's __str__ may itself raise)."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:
+        text = f"<{type(value).__name__} whose text cannot be shown>"
+    return truncate(text, limit)
+
+
+def error_reply(code: str, message: object, location: object = None) -> ErrorReply:
+    """An ErrorReply from any code/message/location: cut to the model's limits, never a ValidationError.
+
+    An error text can echo user input of any size (a property value of 9,000 characters); a reply
+    that failed validation would leave its request neither answered nor settled.
+    """
+    safe_code = code if isinstance(code, str) and _CODE.match(code) else "internal"
+    loc = None if location is None else safe_text(location, ERROR_LOCATION_MAX)
+    try:
+        return ErrorReply(code=safe_code, message=safe_text(message, ERROR_MESSAGE_MAX), location=loc)
+    except ValidationError:  # pragma: no cover - the fields above are already within bounds
+        return ErrorReply(code="internal", message="the error could not be described")

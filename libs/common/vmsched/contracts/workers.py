@@ -82,7 +82,7 @@ class ErrorReply(Message):
     code: Name
     message: str = Field(max_length=8000)
     #: Where in the request the problem is (a JSON path such as "vm.mem_mb"), when known.
-    location: str | None = None
+    location: str | None = Field(None, max_length=500)
 
 
 class PolicyChanged(Message):

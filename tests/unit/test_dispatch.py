@@ -1,0 +1,400 @@
+"""The shared dispatcher (vmsched.bus.dispatch): every delivery ends acked or rejected exactly once.
+
+The transport here is a recording fake of the broker primitives (it is the unit under test's
+boundary, not a stand-in for RabbitMQ: tests/integration/test_bus.py runs the same dispatcher on
+the real broker). Hypothesis throws hostile bodies, hostile handlers and failing primitives at it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+import structlog.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vmsched import constants as c
+from vmsched.bus.codec import ERROR_MESSAGE_MAX, decode, encode, error_reply
+from vmsched.bus.dispatch import (
+    HEADER_ATTEMPTS,
+    HEADER_DEADLINE,
+    HEADER_ORIGINAL_SIZE,
+    HEADER_TRUNCATED,
+    Delivery,
+    Dispatcher,
+    Transport,
+)
+from vmsched.contracts import ErrorReply, FilterReply, FilterRequest, Message, StateRequest, UnitCall, VmSpec
+from vmsched.errors import InvalidProperty, InvalidRequest, SchedulingError, UnknownCluster, VmschedError
+from vmsched.scheduling.units.base import validate_properties
+from vmsched.scheduling.units.registry import get_unit
+from vmsched.settings import Settings
+
+SETTINGS = Settings(
+    transient_retry_delay_s=0, transient_attempts=3, max_message_bytes=64 * 1024, dead_letter_max_body_bytes=4096
+)
+SECRET = "role-vmsched_owner-password-hunter2"
+
+
+class Broken(Exception):
+    """An exception whose text cannot even be read."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ exploded")
+
+
+class WeirdCode(VmschedError):
+    code = "not a valid code!"
+
+
+class RecordingTransport(Transport):
+    def __init__(self, failing: frozenset[str] = frozenset()) -> None:
+        self.failing = failing
+        self.calls: list[str] = []  # every primitive called, in order, "ok" or "failed"
+        self.replies: list[tuple[bytes, str, bool]] = []
+        self.dead: list[tuple[bytes, dict[str, Any]]] = []
+        self.retries: list[dict[str, Any]] = []
+
+    async def _step(self, name: str) -> None:
+        if name in self.failing:
+            self.calls.append(f"{name}:failed")
+            raise ConnectionError(f"{name} refused by the broker")
+        self.calls.append(f"{name}:ok")
+
+    async def reply(self, body: bytes, *, type_: str, error: bool) -> None:
+        await self._step("reply")
+        self.replies.append((body, type_, error))
+
+    async def dead_letter(self, body: bytes, headers: dict[str, Any]) -> None:
+        await self._step("dead_letter")
+        self.dead.append((body, headers))
+
+    async def retry(self, headers: dict[str, Any]) -> None:
+        await self._step("retry")
+        self.retries.append(headers)
+
+    async def ack(self) -> None:
+        await self._step("ack")
+
+    async def reject(self) -> None:
+        await self._step("reject")
+
+    def settlements(self) -> list[str]:
+        return [call for call in self.calls if call.split(":")[0] in ("ack", "reject")]
+
+
+def assert_settled_once(t: RecordingTransport, reply_to: str | None = None) -> None:
+    """Exactly one ack or reject, last. An ack only after what had to be published was published:
+    a request with a reply address was answered (or dead-lettered, or put back for a retry), and
+    every failed publish was made good by a confirmed dead-letter copy."""
+    settled = t.settlements()
+    assert len(settled) == 1, t.calls
+    assert t.calls[-1] == settled[0], t.calls
+    if settled[0].startswith("ack"):
+        if reply_to is not None:
+            assert {"reply:ok", "dead_letter:ok", "retry:ok"} & set(t.calls), t.calls
+        if any(call.endswith(":failed") for call in t.calls[:-1]):
+            assert "dead_letter:ok" in t.calls, t.calls
+    for body, _, error in t.replies:
+        if error:
+            reply = decode(body, ErrorReply)  # always a valid ErrorReply, however long the error was
+            assert len(reply.message) <= ERROR_MESSAGE_MAX
+            assert SECRET not in reply.message
+
+
+def filter_request(properties: dict[str, str] | None = None) -> FilterRequest:
+    return FilterRequest(
+        request_id=uuid.uuid4(),
+        cluster_id="c1",
+        state_version=1,
+        vm=VmSpec(vm_id="vm1", mem_mb=1024, vcpus=1),
+        candidates=["h1"],
+        filters=[UnitCall(unit="CPUOverloaded", properties=properties or {})],
+    )
+
+
+async def validating_handler(request: FilterRequest) -> FilterReply:
+    """What the filter-worker does first with a request's filters: check each unit's properties."""
+    for call in request.filters:
+        validate_properties(get_unit(call.unit), call.properties)
+    return FilterReply(request_id=request.request_id, survivors=request.candidates, removed=[])
+
+
+def run(coro: Awaitable[str]) -> str:
+    async def main() -> str:
+        return await coro
+
+    return asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------- strategies
+def _deep(n: int) -> bytes:
+    return ("[" * n + "]" * n).encode()
+
+
+BODIES = st.one_of(
+    st.binary(max_size=512),
+    st.text(max_size=200).map(str.encode),
+    st.integers(min_value=1, max_value=20_000).map(_deep),
+    st.integers(min_value=0, max_value=100_000).map(lambda n: json.dumps({"cluster_id": "x" * n}).encode()),
+    st.integers(min_value=0, max_value=20_000).map(
+        lambda n: encode(filter_request({"HighUtilization": "9" * n}))  # valid model, hostile property value
+    ),
+    st.just(encode(filter_request())),
+    st.just(encode(StateRequest(cluster_id="c1"))),
+    st.just(b"x" * (SETTINGS.max_message_bytes + 1)),
+)
+
+
+def _raise(exc: BaseException) -> Callable[[FilterRequest], Awaitable[Message]]:
+    async def handler(request: FilterRequest) -> Message:
+        raise exc
+
+    return handler
+
+
+def _returns(value: object) -> Callable[[FilterRequest], Awaitable[Message]]:
+    async def handler(request: FilterRequest) -> Message:
+        return value  # type: ignore[return-value]
+
+    return handler
+
+
+SIZES = st.integers(min_value=0, max_value=50_000)
+HANDLERS = st.one_of(
+    st.just(validating_handler),
+    SIZES.map(lambda n: _raise(ValueError(SECRET + "v" * n))),
+    SIZES.map(lambda n: _raise(SchedulingError("s" * n, location="l" * (n % 3000)))),
+    SIZES.map(lambda n: _raise(InvalidProperty("CPUOverloaded", "HighUtilization", "9" * n, r"^([5-9][0-9])$"))),
+    SIZES.map(lambda n: _raise(WeirdCode("w" * n))),
+    st.just(_raise(Broken())),
+    st.just(_raise(UnknownCluster("no such cluster"))),
+    st.just(_raise(ConnectionError(f"redis at {SECRET} went away"))),
+    st.just(_raise(TimeoutError())),
+    st.just(_returns(42)),
+    st.just(_returns(None)),
+)
+HEADERS = st.fixed_dictionaries(
+    {},
+    optional={
+        HEADER_ATTEMPTS: st.one_of(st.integers(-5, 10), st.text(max_size=5), st.booleans()),
+        HEADER_DEADLINE: st.one_of(
+            st.just(int(time.time() * 1000) + 3_600_000),
+            st.just(int(time.time() * 1000) - 1000),
+            st.text(max_size=5),
+            st.floats(allow_nan=True),
+        ),
+    },
+)
+PRIMITIVES = st.frozensets(st.sampled_from(["reply", "dead_letter", "retry", "ack", "reject"]))
+
+
+# ---------------------------------------------------------------------------------------- properties
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=BODIES,
+    handler=HANDLERS,
+    headers=HEADERS,
+    failing=PRIMITIVES,
+    reply_to=st.sampled_from([None, "amq.rabbitmq.reply-to.abc"]),
+)
+def test_every_request_is_settled_exactly_once(
+    body: bytes,
+    handler: Callable[[FilterRequest], Awaitable[Message]],
+    headers: dict[str, Any],
+    failing: frozenset[str],
+    reply_to: str | None,
+) -> None:
+    t = RecordingTransport(failing)
+    delivery = Delivery(queue="q", body=body, routing_key="filter", headers=headers, reply_to=reply_to)
+    run(Dispatcher(SETTINGS, "filter-worker").request(delivery, t, FilterRequest, handler))
+    assert_settled_once(t, reply_to)
+    for copy, dl_headers in t.dead:
+        assert len(copy) <= SETTINGS.dead_letter_max_body_bytes
+        assert len(str(dl_headers[c.HEADER_DLX_REASON])) <= 2000
+
+
+async def _failing_event_handler(event: Message) -> None:
+    raise Broken()
+
+
+EVENT_HANDLERS = st.one_of(
+    st.just(_failing_event_handler),
+    SIZES.map(lambda n: _raise(ValueError("e" * n))),
+    st.just(_raise(ConnectionError("redis away"))),
+    st.just(_raise(UnknownCluster("u"))),
+    st.just(_returns(None)),
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    body=BODIES,
+    handler=EVENT_HANDLERS,
+    headers=HEADERS,
+    failing=PRIMITIVES,
+    type_=st.sampled_from([None, "FilterRequest", "StateRequest", "Nope", "x" * 300]),
+)
+def test_every_event_is_settled_exactly_once(
+    body: bytes,
+    handler: Callable[[Any], Awaitable[None]],
+    headers: dict[str, Any],
+    failing: frozenset[str],
+    type_: str | None,
+) -> None:
+    t = RecordingTransport(failing)
+    delivery = Delivery(queue="events", body=body, routing_key="state.x", headers=headers, type=type_)
+    models: dict[str, type[Message]] = {"FilterRequest": FilterRequest, "StateRequest": StateRequest}
+    run(Dispatcher(SETTINGS, "state-tracker").event(delivery, t, models, handler))
+    assert_settled_once(t)
+    assert t.replies == []
+
+
+# ---------------------------------------------------------------------------------------- examples
+def test_huge_invalid_property_is_answered_cut_to_fit_and_acked() -> None:
+    """The poison message: a 9,000-character property value made the ErrorReply itself invalid."""
+    t = RecordingTransport()
+    request = filter_request({"HighUtilization": "9" * 9000})
+    delivery = Delivery(queue="q", body=encode(request), reply_to="r")
+    outcome = run(Dispatcher(SETTINGS, "filter-worker").request(delivery, t, FilterRequest, validating_handler))
+    assert outcome == "invalid_property"
+    assert t.calls == ["reply:ok", "ack:ok"]
+    reply = decode(t.replies[0][0], ErrorReply)
+    assert reply.code == "invalid_property"
+    assert reply.location == "properties.HighUtilization"
+    assert len(reply.message) == ERROR_MESSAGE_MAX
+    assert reply.message.startswith("property HighUtilization='9999")
+    assert reply.message.endswith("more characters cut]")
+
+
+def test_internal_error_reply_names_a_reference_not_the_exception() -> None:
+    t = RecordingTransport()
+    delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+    handler = _raise(RuntimeError(f"password authentication failed for user {SECRET}"))
+    with structlog.testing.capture_logs() as logged:
+        dispatcher = Dispatcher(SETTINGS, "selector")  # its logger binds inside the capture
+        assert run(dispatcher.request(delivery, t, FilterRequest, handler)) == "internal"
+    reply = decode(t.replies[0][0], ErrorReply)
+    assert reply.code == "internal"
+    assert SECRET not in reply.message
+    assert reply.message.startswith("internal error in selector (reference ")
+    ref = reply.message.split("(reference ")[1].split(")")[0]
+    assert len(ref) == 12
+    _, dl_headers = t.dead[0]
+    assert f"reference {ref}" in dl_headers[c.HEADER_DLX_REASON]
+    # The operator has the whole story, exception included, under the same reference.
+    failures = [e for e in logged if e.get("reference") == ref]
+    assert len(failures) == 1
+    assert failures[0]["log_level"] == "error"
+    assert SECRET in failures[0]["error"]
+    assert isinstance(failures[0]["exc_info"], RuntimeError)
+    assert t.calls == ["reply:ok", "dead_letter:ok", "ack:ok"]
+
+
+def test_domain_error_text_goes_back_as_it_is() -> None:
+    t = RecordingTransport()
+    delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+    handler = _raise(UnknownCluster("no state was ever reported for c1", location="cluster_id"))
+    run(Dispatcher(SETTINGS, "filter-worker").request(delivery, t, FilterRequest, handler))
+    reply = decode(t.replies[0][0], ErrorReply)
+    assert (reply.code, reply.message, reply.location) == (
+        "unknown_cluster",
+        "no state was ever reported for c1",
+        "cluster_id",
+    )
+    assert t.calls == ["reply:ok", "ack:ok"]  # a domain error is the caller's, not a dead letter
+
+
+def test_transient_failure_is_retried_a_bounded_number_of_times_then_dead_lettered() -> None:
+    attempts: list[int] = []
+
+    async def handler(request: FilterRequest) -> FilterReply:
+        raise ConnectionError("Redis is restarting")
+
+    async def main() -> list[RecordingTransport]:
+        dispatcher = Dispatcher(SETTINGS, "filter-worker")
+        delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+        seen: list[RecordingTransport] = []
+        while True:  # play the broker: each retry copy is delivered again
+            t = RecordingTransport()
+            seen.append(t)
+            attempts.append(delivery.attempts)
+            await dispatcher.request(delivery, t, FilterRequest, handler)
+            if not t.retries:
+                return seen
+            delivery = Delivery(queue="q", body=delivery.body, reply_to="r", headers=t.retries[0])
+            assert len(seen) < 50, "retries must be bounded"
+
+    seen = asyncio.run(main())
+    assert attempts == list(range(SETTINGS.transient_attempts))
+    for t in seen[:-1]:
+        assert t.calls == ["retry:ok", "ack:ok"]
+    last = seen[-1]
+    assert last.calls == ["reply:ok", "dead_letter:ok", "ack:ok"]
+    reason = last.dead[0][1][c.HEADER_DLX_REASON]
+    assert f"transient failure on each of {SETTINGS.transient_attempts} attempts" in reason
+    assert "Redis is restarting" in reason
+    assert decode(last.replies[0][0], ErrorReply).code == "internal"
+
+
+def test_dead_letter_body_above_the_threshold_is_kept_truncated_with_its_size() -> None:
+    t = RecordingTransport()
+    body = b"\xff" * (SETTINGS.dead_letter_max_body_bytes * 3)
+    run(
+        Dispatcher(SETTINGS, "filter-worker").request(
+            Delivery(queue="q", body=body), t, FilterRequest, validating_handler
+        )
+    )
+    copy, headers = t.dead[0]
+    assert copy == body[: SETTINGS.dead_letter_max_body_bytes]
+    assert headers[HEADER_ORIGINAL_SIZE] == len(body)
+    assert headers[HEADER_TRUNCATED] is True
+    assert "invalid FilterRequest" in headers[c.HEADER_DLX_REASON]
+
+
+def test_small_dead_letter_body_is_kept_whole_without_truncation_headers() -> None:
+    t = RecordingTransport()
+    run(Dispatcher(SETTINGS, "w").request(Delivery(queue="q", body=b"{"), t, FilterRequest, validating_handler))
+    copy, headers = t.dead[0]
+    assert copy == b"{"
+    assert HEADER_TRUNCATED not in headers
+    assert HEADER_ORIGINAL_SIZE not in headers
+
+
+def test_unpublishable_reply_and_dead_letter_end_in_a_reject() -> None:
+    t = RecordingTransport(frozenset({"reply", "dead_letter"}))
+    delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+    run(Dispatcher(SETTINGS, "w").request(delivery, t, FilterRequest, validating_handler))
+    assert t.calls == ["reply:failed", "dead_letter:failed", "reject:ok"]
+
+
+def test_late_request_is_dead_lettered_unhandled() -> None:
+    handled: list[FilterRequest] = []
+
+    async def handler(request: FilterRequest) -> FilterReply:
+        handled.append(request)
+        return FilterReply(request_id=request.request_id, survivors=[], removed=[])
+
+    t = RecordingTransport()
+    headers = {HEADER_DEADLINE: int(time.time() * 1000) - 1}
+    delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r", headers=headers)
+    assert run(Dispatcher(SETTINGS, "w").request(delivery, t, FilterRequest, handler)) == "expired"
+    assert handled == []
+    assert t.calls == ["dead_letter:ok", "ack:ok"]
+    assert HEADER_DEADLINE not in t.dead[0][1]
+
+
+def test_error_reply_helper_cuts_and_never_raises() -> None:
+    reply = error_reply("bad code with spaces", Broken(), "x" * 10_000)
+    assert reply.code == "internal"
+    assert "cannot be shown" in reply.message
+    assert reply.location is not None
+    assert 490 <= len(reply.location) <= 500
+    assert reply.location.endswith("more characters cut]")
+    assert error_reply("invalid_request", InvalidRequest("short")).message == "short"
