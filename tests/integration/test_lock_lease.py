@@ -24,7 +24,7 @@ from vmsched.contracts import PendingEntry
 from vmsched.errors import FencedOut, LockTimeout
 from vmsched.procs import settings_env
 from vmsched.settings import Settings
-from vmsched.store import ClusterLock, PendingStore
+from vmsched.store import ClusterLock, Keys, PendingStore
 from vmsched.store.lock import WATCHDOG_TASK_PREFIX
 
 pytestmark = pytest.mark.integration
@@ -245,3 +245,20 @@ async def test_the_watchdog_ends_with_the_body_on_exceptions_and_cancellation(
         assert task.cancelled()
         assert watchdogs() == []
         assert await locks.holder(f"{cluster}-{i}") is None
+
+
+async def test_a_renewal_that_finds_the_lock_gone_marks_the_lease_lost(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    cfg = settings.model_copy(update={"lock_hold_timeout_s": 5.0, "lock_lease_s": 0.3})
+    locks = ClusterLock(redis_client, cfg)
+    cluster = f"gone-{unique}"
+    async with locks.hold(cluster) as lease:
+        await redis_client.delete(Keys(cfg.redis_prefix).lock(cluster))  # e.g. a Redis failover lost it
+        taken = await locks.acquire(cluster, timeout_s=1.0)
+        assert await locks.extend(taken, 3.0)  # a bare acquire is not renewed: keep it for the test
+        await asyncio.sleep(0.3)  # the watchdog's next renewal comes within a third of a lease
+        assert lease.lost
+        assert not lease.valid()
+        assert await locks.holder(cluster) == taken.value  # the lost holder did not touch the new lock
+        await locks.release(taken)

@@ -338,9 +338,10 @@ class ClusterLock:
                     lease.lost = True
                     log.warning("lock lost: renewal found it gone", cluster=lease.cluster_id, token=lease.token)
                     return
-        except RedisError as exc:
+        except Exception as exc:
+            # Whatever failed (Redis away, a bug), this lease can no longer vouch for the lock.
             lease.lost = True
-            log.warning("lock lost: renewal failed", cluster=lease.cluster_id, token=lease.token, error=str(exc))
+            log.warning("lock lost: renewal failed", cluster=lease.cluster_id, token=lease.token, error=repr(exc))
 
     # ------------------------------------------------------------------ internals
     def _new_owner(self) -> str:
