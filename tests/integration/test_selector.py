@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -17,16 +18,20 @@ from vmsched.contracts import (
     HostReport,
     HostStatus,
     ScheduleDecision,
+    ScheduleRequest,
     VmReport,
     VmSpec,
     VmStatus,
 )
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
+from vmsched.errors import RemoteError
 from vmsched.runtime import Runtime
 from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.settings import Settings
-from vmsched.store import PendingStore
+from vmsched.store import DecisionStore, PendingStore
+from vmsched.store.decisions import request_fingerprint
+from vmsched.store.redis import connect
 from vmsched_services.runner import run
 from vmsched_services.selector.service import start as start_selector
 
@@ -343,3 +348,108 @@ async def test_a_start_that_ends_elsewhere_or_fails_is_remembered_against_its_ho
         assert await redis.smembers(keys.tried(cluster, "vm-fine")) == set()
     finally:
         await redis.aclose()
+
+
+async def _follow(client: SchedulerClient, cluster: str, into: list[ScheduleDecision]) -> None:
+    async for d in client.decisions(cluster):
+        into.append(d)
+
+
+async def test_each_stored_decision_is_published_exactly_once_however_often_it_is_requested(
+    client: SchedulerClient, unique: str
+) -> None:
+    """1,000 concurrent sends of 20 request ids on two selectors: 20 decisions, 20 events."""
+    clusters = [f"once-{unique}-{k}" for k in range(2)]
+    for cluster in clusters:
+        await make_cluster(client, cluster, 4)  # 12 VMs fit per cluster; 10 are asked
+    requests = [
+        ScheduleRequest(request_id=uuid.uuid4(), cluster_id=clusters[i % 2], vm=small_vm(f"{unique}-{i}"))
+        for i in range(20)
+    ]
+    events: list[ScheduleDecision] = []
+    followers = [asyncio.create_task(_follow(client, cluster, events)) for cluster in clusters]
+    await asyncio.sleep(0.3)  # the subscriptions' queues are bound before anything is published
+    sends = [requests[i % len(requests)] for i in range(1000)]
+    random.Random(7).shuffle(sends)
+    replies = await asyncio.gather(*(client.send(r, timeout=90) for r in sends))
+    await asyncio.sleep(1.0)  # an event published late would still arrive
+    for f in followers:
+        f.cancel()
+    await asyncio.gather(*followers, return_exceptions=True)
+
+    answers: dict[uuid.UUID, set[str]] = defaultdict(set)
+    for r, d in zip(sends, replies, strict=True):
+        assert d.request_id == r.request_id
+        answers[r.request_id].add(d.model_dump_json())
+    assert all(len(a) == 1 for a in answers.values()), "one request id got different answers"
+    assert {ScheduleDecision.model_validate_json(next(iter(a))).status for a in answers.values()} == {
+        DecisionStatus.PLACED
+    }
+    per_id = Counter(e.request_id for e in events)
+    assert per_id == {r.request_id: 1 for r in requests}, f"{len(events)} events for {len(requests)} decisions"
+
+
+async def test_a_stored_decision_whose_event_was_never_published_is_published_by_the_replay(
+    client: SchedulerClient, stack: Settings, unique: str
+) -> None:
+    """A selector stored a decision and died before publishing it: the redelivered (or repeated)
+    request publishes it, once."""
+    cluster = f"unpub-{unique}"
+    await make_cluster(client, cluster, 2)
+    model = await client.schedule(cluster, small_vm(f"{unique}-model"))
+    request = ScheduleRequest(request_id=uuid.uuid4(), cluster_id=cluster, vm=small_vm(f"{unique}-x"))
+    stored = model.model_copy(update={"request_id": request.request_id, "vm_id": request.vm.vm_id})
+    redis = connect(stack)
+    decisions = DecisionStore(redis, stack)
+    try:
+        created, record = await decisions.put(stored, fingerprint=request_fingerprint(request))
+        assert created
+        assert not record.published
+
+        events: list[ScheduleDecision] = []
+        follower = asyncio.create_task(_follow(client, cluster, events))
+        await asyncio.sleep(0.3)
+        first = await client.send(request)
+        second = await client.send(request)
+        await asyncio.sleep(1.0)
+        follower.cancel()
+        await asyncio.gather(follower, return_exceptions=True)
+
+        assert first == second == stored
+        assert [e.request_id for e in events] == [request.request_id]
+        assert events[0] == stored
+        after = await decisions.record(request.request_id)
+        assert after is not None
+        assert after.published
+    finally:
+        await redis.aclose()
+
+
+async def test_a_request_id_reused_for_a_different_request_is_refused(client: SchedulerClient, unique: str) -> None:
+    cluster = f"reuse-{unique}"
+    await make_cluster(client, cluster, 2)
+    rid = uuid.uuid4()
+    first = await client.schedule(cluster, small_vm(f"{unique}-1"), request_id=rid)
+    assert first.status is DecisionStatus.PLACED
+
+    events: list[ScheduleDecision] = []
+    follower = asyncio.create_task(_follow(client, cluster, events))
+    await asyncio.sleep(0.3)
+    with pytest.raises(RemoteError) as info:
+        await client.schedule(cluster, small_vm(f"{unique}-2"), request_id=rid)
+    assert info.value.remote_code == "invalid_request"
+    assert str(info.value) == (
+        f"request_id: request id {rid} was already used for a different request "
+        f"(cluster {cluster}, vm vm-{unique}-1); send a new request id"
+    )
+    with pytest.raises(RemoteError, match="already used for a different request"):
+        await client.schedule(cluster, small_vm(f"{unique}-1", mem_mb=2048), request_id=rid)
+    # The same request resent with a new deadline is the same request.
+    again = await client.schedule(
+        cluster, small_vm(f"{unique}-1"), request_id=rid, deadline=datetime.now(UTC) + timedelta(minutes=5)
+    )
+    await asyncio.sleep(0.5)
+    follower.cancel()
+    await asyncio.gather(follower, return_exceptions=True)
+    assert again == first
+    assert events == []  # neither the refusals nor the replay published anything

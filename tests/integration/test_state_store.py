@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections import defaultdict
+from types import SimpleNamespace
 from typing import Any, cast
 
 import numpy as np
@@ -16,10 +17,24 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from vmsched.contracts import ClusterReport, HostReport, HostState, HostStatus, VmReport, VmStatus
+from vmsched.contracts import (
+    ClusterReport,
+    FilterRequest,
+    HostReport,
+    HostState,
+    HostStatus,
+    UnitCall,
+    VmReport,
+    VmSpec,
+    VmStatus,
+    WeighRequest,
+)
 from vmsched.errors import StaleState, UnknownCluster
+from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import Keys, StateCache, StateWriter
+from vmsched_services.filter_worker.service import FilterWorker
+from vmsched_services.weigher.service import Weigher
 
 pytestmark = pytest.mark.integration
 
@@ -409,3 +424,82 @@ def test_aggregates_equal_a_recomputation(settings: Settings, reports: list[tupl
             await client.aclose()
 
     asyncio.run(scenario())
+
+
+async def _lose_state(client: aioredis.Redis, keys: Keys, cluster: str) -> None:
+    """Redis loses the cluster's state (a flush, a failover to an empty replica)."""
+    await client.delete(
+        keys.state_version(cluster),
+        keys.state_hosts(cluster),
+        keys.state_vms(cluster),
+        keys.state_cluster(cluster),
+        keys.state_changes(cluster),
+    )
+
+
+def _workers(cache: StateCache) -> tuple[Weigher, FilterWorker]:
+    # The handlers read only the state cache of their runtime.
+    rt = cast(Runtime, SimpleNamespace(state=cache))
+    return Weigher(rt), FilterWorker(rt)
+
+
+async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_raises_stale_state(
+    writer: StateWriter, cache: StateCache, redis_client: aioredis.Redis, settings: Settings, keys: Keys, unique: str
+) -> None:
+    """The weigher used to fail with AssertionError (an internal error) when its cached table, new
+    enough by version number, lacked the request's hosts."""
+    c = f"c-{unique}"
+    for h in ("h1", "h2", "h3", "h4", "h5"):
+        await writer.apply_host(host(c, h))
+    weigher, filter_worker = _workers(cache)
+    assert (await cache.table(c))[0] == 5  # the workers' cache holds version 5: h1..h5
+
+    # The state is lost and reported again by a new tracker: other hosts, versions from 1.
+    await _lose_state(redis_client, keys, c)
+    fresh = StateWriter(redis_client, settings)
+    await fresh.apply_host(host(c, "n1"))
+    await fresh.apply_host(host(c, "n2"))
+    vm_spec = VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1)
+
+    # A request made against the new version 2 with its hosts: the cache reloads and answers.
+    reply = await weigher.handle(
+        WeighRequest(
+            request_id=uuid.uuid4(),
+            cluster_id=c,
+            state_version=2,
+            vm=vm_spec,
+            hosts=["n1", "n2"],
+            weights=[UnitCall(unit="OptimalForEvenMemoryDistribution")],
+        )
+    )
+    assert len(reply.weights[0].raw) == 2
+    assert (await cache.table(c))[0] == 2
+
+    # Lost once more: the cache holds version 2 (n1, n2), Redis version 1 (n4). A request made
+    # against a version 2 with n4 and n5 cannot be answered from either: StaleState.
+    await _lose_state(redis_client, keys, c)
+    fresh = StateWriter(redis_client, settings)
+    await fresh.apply_host(host(c, "n4"))
+    with pytest.raises(StaleState, match=f"cluster {c}: state version 1 has not reached 2"):
+        await weigher.handle(
+            WeighRequest(
+                request_id=uuid.uuid4(),
+                cluster_id=c,
+                state_version=2,
+                vm=vm_spec,
+                hosts=["n4", "n5"],
+                weights=[UnitCall(unit="OptimalForEvenMemoryDistribution")],
+            )
+        )
+    # A host the state has never had, at a version that exists: StaleState naming it.
+    with pytest.raises(StaleState, match="hosts ghost of the request are unknown at state version 1"):
+        await filter_worker.handle(
+            FilterRequest(
+                request_id=uuid.uuid4(),
+                cluster_id=c,
+                state_version=1,
+                vm=vm_spec,
+                candidates=["n4", "ghost"],
+                filters=[UnitCall(unit="Memory")],
+            )
+        )

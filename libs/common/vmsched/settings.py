@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     lock_acquire_timeout_s: float = Field(10.0, gt=0)
     #: How long one holder may keep the lock before it expires (seed 000: "hold" timeout).
     lock_hold_timeout_s: float = Field(15.0, gt=0)
+    #: The Redis lock's time-to-live, renewed by its live holder until the hold timeout: a holder
+    #: that dies or freezes frees its cluster within about this long.
+    lock_lease_s: float = Field(1.0, gt=0)
     #: Default bound on one RPC: publish, queueing, processing and reply together.
     rpc_timeout_s: float = Field(10.0, gt=0)
     #: How long a pending-resource record lives if the engine never confirms or fails the start.

@@ -17,7 +17,8 @@ class FilterWorker:
         self.rt = rt
 
     async def handle(self, req: FilterRequest) -> FilterReply:
-        _, table = await self.rt.state.table(req.cluster_id, min_version=req.state_version)
+        # A candidate missing here would silently drop out of the answer: StaleState instead.
+        _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.candidates)
         # Pending folds into the whole cluster first, so units can see where any VM is (affinity).
         hosts = table.with_pending(req.pending, now=req.now).subset(req.candidates)
         outcome = run_filters(hosts, req.vm, req.filters)

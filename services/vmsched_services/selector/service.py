@@ -1,10 +1,19 @@
 """selector: serves schedule requests end to end (RPC `schedule`).
 
 validate -> take the cluster lock -> load the cluster's policy -> read pending + state -> filter
-(filter-worker) -> weigh (weigher) -> select -> record pending under the fencing token -> release
--> reply, and publish the decision as event `decision.<cluster>`.
+(filter-worker) -> weigh (weigher) -> select -> record pending under the fencing token -> store the
+decision -> publish it as event `decision.<cluster>` -> release -> reply.
 
-* Idempotent: a decision is stored under its request id; the same id again gets the same decision.
+* Idempotent: a decision is stored under its request id with a fingerprint of the request; the
+  same request again gets the same decision. The same id with a different request (another
+  cluster, VM, batch, ...; a new deadline does not count) is refused with InvalidRequest.
+* Events (see store/decisions.py): one per stored decision, published under the lock by the
+  selector that stored it and then marked published. A replay that finds a stored decision not
+  marked published (its selector died in between) publishes and marks it; one that finds it marked
+  does not publish again. Publishing under the lock is what keeps a concurrent duplicate from
+  publishing too: it reads the mark only after the storer has released the lock. A crash between
+  publishing and marking repeats the event once (events carry the request id). Decisions that are
+  not stored (errors, expired requests) are published each time one is made.
 * No host but pending memory somewhere: release the lock, wait (bounded) for pending to change,
   retry once (seed 000).
 * A request whose deadline passed is not placed.
@@ -16,7 +25,9 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from uuid import UUID
 
 import numpy as np
 import structlog
@@ -38,13 +49,14 @@ from vmsched.contracts import (
     WeighRequest,
 )
 from vmsched.db.cache import PolicyCache
-from vmsched.errors import VmschedError
+from vmsched.errors import InvalidRequest, LockTimeout, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import candidate_hosts, select, summarize
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
+from vmsched.store.decisions import StoredDecision, request_fingerprint
 
 log = get_logger("vmsched.selector")
 
@@ -59,6 +71,14 @@ def _lap(stage: str, since: float) -> float:
     if stages is not None:
         stages[stage] = round(stages.get(stage, 0.0) + (now - since) * 1000, 3)
     return now
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """A stored decision whose event is settled; `ours` if this request's handling stored it."""
+
+    record: StoredDecision
+    ours: bool
 
 
 def _pending_need(vm: VmSpec) -> tuple[int, int, int]:
@@ -86,17 +106,18 @@ class Selector:
         return decision
 
     async def _decide(self, req: ScheduleRequest, started: float) -> ScheduleDecision:
-        previous = await self.decisions.get(req.request_id)
-        if previous is not None:
-            return previous
+        fingerprint = request_fingerprint(req)
+        found = await self.decisions.record(req.request_id)
+        if found is not None:
+            return await self._replay(req, found, fingerprint)
         policy_name: str | None = None
         try:
             policy = await self.policies.for_cluster(req.cluster_id)
             policy_name = policy.name
-            decision = await self._schedule(req, policy, started)
+            outcome = await self._schedule(req, policy, started, fingerprint)
         except VmschedError as exc:
             log.warning("request failed", code=exc.code, error=str(exc))
-            decision = self._decision(
+            outcome = self._decision(
                 req,
                 started,
                 DecisionStatus.ERROR,
@@ -105,11 +126,65 @@ class Selector:
                 error=ErrorInfo(code=exc.code, message=str(exc)[:2000]),
             )
             # Errors are not stored: the same request may succeed once the cause is fixed.
+        if isinstance(outcome, ScheduleDecision):
+            # Not stored (an error, an expired request): published each time one is made.
+            await self._publish(outcome)
+            self._done(outcome, started)
+            return outcome
+        if outcome.ours:
+            self._done(outcome.record.decision, started)
+            return outcome.record.decision
+        # Another selector stored a decision for this request id while this one waited for the lock.
+        return self._same_request(req, outcome.record, fingerprint)
+
+    async def _replay(self, req: ScheduleRequest, found: StoredDecision, fingerprint: str) -> ScheduleDecision:
+        """The answer to a request id that already has a stored decision."""
+        decision = self._same_request(req, found, fingerprint)
+        if found.published:
+            return decision
+        # Its event is not confirmed: the selector that stored it is publishing it under the
+        # cluster's lock right now, or died first. Under the lock, the record tells which.
+        try:
+            async with self.locks.hold(decision.cluster_id):
+                await self._publish_unconfirmed(req.request_id)
+        except LockTimeout:
+            # Others held the lock for the whole acquire timeout: the storer finished (or died)
+            # long ago, so publishing without the lock cannot race it.
+            await self._publish_unconfirmed(req.request_id)
+        return decision
+
+    def _same_request(self, req: ScheduleRequest, found: StoredDecision, fingerprint: str) -> ScheduleDecision:
+        """The stored decision, if it was made for this same request; InvalidRequest if the request
+        id was used for a different one (answering with another request's decision would be wrong)."""
+        if not found.matches(fingerprint):
+            d = found.decision
+            log.warning("request id reused for a different request", first_cluster=d.cluster_id, first_vm=d.vm_id)
+            raise InvalidRequest(
+                f"request id {req.request_id} was already used for a different request "
+                f"(cluster {d.cluster_id}, vm {d.vm_id}); send a new request id",
+                location="request_id",
+            )
+        return found.decision
+
+    async def _publish_unconfirmed(self, request_id: UUID) -> None:
+        """Publish the stored decision if it is still not marked published."""
+        current = await self.decisions.record(request_id)
+        if current is not None and not current.published:
+            log.info("publishing a stored decision whose event was not confirmed")
+            await self._publish_stored(current.decision)
+
+    async def _publish_stored(self, decision: ScheduleDecision) -> None:
+        await self._publish(decision)
+        await self.decisions.mark_published(decision.request_id)
+
+    async def _publish(self, decision: ScheduleDecision) -> None:
+        published = time.perf_counter()
+        await self.rt.bus.publish(c.decision_key(decision.cluster_id), decision)
+        _lap("publish", published)
+
+    def _done(self, decision: ScheduleDecision, started: float) -> None:
         DECISIONS.labels(decision.status.value).inc()
         DECISION_SECONDS.observe(time.perf_counter() - started)
-        published = time.perf_counter()
-        await self.rt.bus.publish(c.decision_key(req.cluster_id), decision)
-        _lap("publish", published)
         log.info(
             "decision",
             status=decision.status.value,
@@ -118,9 +193,10 @@ class Selector:
             elapsed_ms=round(decision.elapsed_ms, 2),
             stages_ms=_STAGES.get(None),
         )
-        return decision
 
-    async def _schedule(self, req: ScheduleRequest, policy: Policy, started: float) -> ScheduleDecision:
+    async def _schedule(
+        self, req: ScheduleRequest, policy: Policy, started: float, fingerprint: str
+    ) -> ScheduleDecision | _Stored:
         retried = False
         for attempt in (0, 1):
             if self._expired(req):
@@ -129,8 +205,10 @@ class Selector:
             async with self.locks.hold(req.cluster_id) as lease:
                 LOCK_WAIT_SECONDS.observe(time.perf_counter() - wait_from)
                 _lap("lock_wait", wait_from)
-                outcome = await self._attempt(req, policy, lease.token, started, retried, may_wait=attempt == 0)
-            if isinstance(outcome, ScheduleDecision):
+                outcome = await self._attempt(
+                    req, policy, lease.token, fingerprint, started, retried, may_wait=attempt == 0
+                )
+            if not isinstance(outcome, int):
                 return outcome
             # No host fits yet, but pending resources may free some: wait outside the lock, retry once.
             retried = True
@@ -142,21 +220,27 @@ class Selector:
         req: ScheduleRequest,
         policy: Policy,
         token: int,
+        fingerprint: str,
         started: float,
         retried: bool,
         *,
         may_wait: bool,
-    ) -> ScheduleDecision | int:
-        """One try under the lock: a decision, or the pending version to wait on before retrying.
+    ) -> ScheduleDecision | _Stored | int:
+        """One try under the lock: a stored decision (its event published), a decision not to
+        store (expired), or the pending version to wait on before retrying.
 
         The VMs of a batch are placed one after another; each sees the earlier ones as pending on
         their chosen hosts (virtually consumed: memory, CPU, VM ids for affinity), and all pending
         records are written together at the end, or none when one VM does not fit.
         """
         t = time.perf_counter()
-        previous = await self.decisions.get(req.request_id)
-        if previous is not None:
-            return previous  # another selector decided this request while we waited for the lock
+        found = await self.decisions.record(req.request_id)
+        if found is not None:
+            # Another selector decided this request while we waited for the lock. Holding the lock
+            # now, its selector has left the lock: an event still unconfirmed was never published.
+            if found.matches(fingerprint) and not found.published:
+                await self._publish_stored(found.decision)
+            return _Stored(found, ours=False)
         # Pending first, then state (see state_tracker): a VM is never counted nowhere.
         pending_version, pending = await self.pending.snapshot(req.cluster_id)
         version, table = await self.rt.state.table(req.cluster_id)
@@ -190,6 +274,8 @@ class Selector:
                     return pending_version
                 # All or nothing: the request is unplaceable as a whole, nothing is recorded.
                 return await self._store(
+                    fingerprint,
+                    token,
                     self._decision(
                         req,
                         started,
@@ -198,7 +284,7 @@ class Selector:
                         policy=policy.name,
                         version=version,
                         retried=retried,
-                    )
+                    ),
                 )
             scores: ScoreTable | None = None
             ordered = survivors
@@ -235,6 +321,8 @@ class Selector:
             first = first.model_copy(update={"summary": f"placed {len(placed)} VMs; first: {first.summary}"})
         head = placed[0][0]
         return await self._store(
+            fingerprint,
+            token,
             self._decision(
                 req,
                 started,
@@ -247,7 +335,7 @@ class Selector:
                 placements=[p for p, _ in placed],
                 token=token,
                 retried=retried,
-            )
+            ),
         )
 
     async def _filter(
@@ -318,9 +406,17 @@ class Selector:
             policy=policy.name,
         )
 
-    async def _store(self, decision: ScheduleDecision) -> ScheduleDecision:
-        await self.decisions.put(decision, self.settings.decision_ttl_s)
-        return decision
+    async def _store(self, fingerprint: str, token: int, decision: ScheduleDecision) -> _Stored:
+        """Store the decision (fenced by the lock's token) and publish it, still under the lock."""
+        created, record = await self.decisions.put(
+            decision, fingerprint=fingerprint, token=token, ttl_s=self.settings.decision_ttl_s
+        )
+        if created:
+            await self._publish_stored(decision)
+            return _Stored(record, ours=True)
+        if record.matches(fingerprint) and not record.published:
+            await self._publish_stored(record.decision)
+        return _Stored(record, ours=False)
 
     def _decision(
         self,

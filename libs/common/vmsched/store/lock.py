@@ -1,9 +1,18 @@
-"""The per-cluster scheduling lock (seed 000), with the two timeouts and a fencing token.
+"""The per-cluster scheduling lock: a short lease renewed by its holder, a hold timeout, a fencing token.
 
-One scheduling decision at a time per cluster. `acquire_timeout` bounds how long a request waits
-for the lock; `hold_timeout` is the lock's time-to-live, so a crashed or stalled holder cannot
-block its cluster forever. A TTL lock alone is only an efficiency lock: a holder that stalls past
-its hold time and then resumes still believes it holds the lock. Each acquisition therefore gets a
+One scheduling decision at a time per cluster. Two timeouts bound the lock: `acquire_timeout`, how
+long a request waits for it, and `hold_timeout`, the most one holder may keep it.
+
+The Redis key itself lives only for a short lease (`lock_lease_s`, about a second), and a watchdog
+task of the live holder renews it (every third of a lease) while the body runs. A holder that dies
+or freezes stops renewing, so its cluster is free again within about one lease instead of after the
+whole hold timeout; a selector killed mid-decision no longer stalls its clusters for seconds. The
+watchdog stops renewing once the hold timeout is reached (each renewal is capped to it), so a holder
+stuck in a live loop still loses the lock then. A renewal that finds the lock gone (or cannot reach
+Redis) marks the lease lost and stops; the body's fenced writes keep that safe.
+
+A TTL lock alone is only an efficiency lock: a holder that stalls past its lease (a long GC pause,
+SIGSTOP) and then resumes still believes it holds the lock. Each acquisition therefore gets a
 fencing token, strictly increasing per cluster (INCR of the fence key, in the same script that
 takes the lock), and writes that matter (pending resources, PendingStore.record) are refused when
 their token is no longer the latest one.
@@ -18,6 +27,7 @@ of a thread shares, and it has no fencing token.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import random
 import socket
@@ -34,7 +44,7 @@ from redis.exceptions import RedisError
 from vmsched.errors import LockTimeout
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
-from vmsched.store._aio import cancel_requests
+from vmsched.store._aio import cancel_requests, raise_if_cancelled
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text
 
@@ -44,8 +54,10 @@ log = get_logger(__name__)
 #: holds the lock for milliseconds and the waiter should not add more than that to its latency.
 BACKOFF_START_S = 0.001
 BACKOFF_CAP_S = 0.020
+#: Name prefix of the renewal task hold() runs beside its body (tests look for leftovers).
+WATCHDOG_TASK_PREFIX = "lock-watchdog:"
 
-# KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (unique per acquisition attempt), ARGV[2] hold ms.
+# KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (unique per acquisition attempt), ARGV[2] lease ms.
 # Returns {1, token} when acquired, {0, pttl} when someone else holds the lock.
 # If the lock already carries this owner, the script ran before (redis-py retried the call after a
 # connection error that lost the reply): return that token instead of waiting on ourselves.
@@ -81,7 +93,8 @@ end
 return 0
 """
 
-# KEYS[1] lock; ARGV[1] exact value, ARGV[2] new hold ms. Compare-and-extend.
+# KEYS[1] lock; ARGV[1] exact value, ARGV[2] new time-to-live ms. Compare-and-extend: a renewal
+# never resurrects a released lock nor extends a later holder's.
 _EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('PEXPIRE', KEYS[1], ARGV[2])
@@ -98,13 +111,24 @@ class Lease:
     #: The fencing token: strictly increasing per cluster across all acquisitions.
     token: int
     owner: str
+    #: The most this acquisition may keep the lock (the hold timeout), from `started_at`.
     hold_s: float
+    #: How long the Redis key lives from `renewed_at` (one lease, less near the hold timeout).
+    lease_s: float
     #: How long acquiring took (waiting for other holders included).
     waited_s: float
     #: time.monotonic() just before the acquiring command was sent: expiry is reckoned from there,
     #: so the local estimate can only err on the early side.
     started_at: float
+    #: time.monotonic() just before the last successful renewal was sent (acquisition included).
+    renewed_at: float = field(default=math.nan)
     released: bool = field(default=False)
+    #: A renewal found the lock gone (or Redis unreachable): the lock is no longer ours.
+    lost: bool = field(default=False)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.renewed_at):
+            self.renewed_at = self.started_at
 
     @property
     def value(self) -> str:
@@ -112,18 +136,23 @@ class Lease:
         return f"{self.owner}:{self.token}"
 
     @property
-    def expires_at(self) -> float:
-        """time.monotonic() at which the lock expires unless extended."""
+    def hold_deadline(self) -> float:
+        """time.monotonic() at which the hold timeout ends: no renewal reaches past it."""
         return self.started_at + self.hold_s
 
+    @property
+    def expires_at(self) -> float:
+        """time.monotonic() at which the lock expires unless renewed."""
+        return min(self.renewed_at + self.lease_s, self.hold_deadline)
+
     def remaining(self) -> float:
-        """Seconds until the hold timeout, by the local clock (never negative)."""
+        """Seconds until the lock expires unless renewed, by the local clock (never negative)."""
         return max(0.0, self.expires_at - time.monotonic())
 
     def valid(self, margin_s: float = 0.0) -> bool:
-        """Not released and more than `margin_s` of hold time left (a local estimate only:
-        the fencing token, not this, is what keeps a stale holder's writes out)."""
-        return not self.released and self.remaining() > margin_s
+        """Not released, not lost, and more than `margin_s` left (a local estimate only: the
+        fencing token, not this, is what keeps a stale holder's writes out)."""
+        return not self.released and not self.lost and self.remaining() > margin_s
 
 
 class ClusterLock:
@@ -141,6 +170,7 @@ class ClusterLock:
         self._keys = keys or Keys.from_settings(settings)
         self.acquire_timeout_s = settings.lock_acquire_timeout_s
         self.hold_timeout_s = settings.lock_hold_timeout_s
+        self.lease_s = settings.lock_lease_s
         # The owner names the process in the lock value (for a human reading Redis); a nonce per
         # attempt is appended so two tasks of one process never look like the same owner.
         self._owner = owner or f"{socket.gethostname()}-{os.getpid()}"
@@ -151,7 +181,11 @@ class ClusterLock:
         self._local: dict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def acquire(self, cluster_id: str, *, timeout_s: float | None = None, hold_s: float | None = None) -> Lease:
-        """Wait up to `timeout_s` (default: the acquire timeout) for the lock; raise LockTimeout."""
+        """Wait up to `timeout_s` (default: the acquire timeout) for the lock; raise LockTimeout.
+
+        The lock is taken for one lease (at most `hold_s`, default the hold timeout) and is not
+        renewed: hold() renews it while its body runs; a bare acquire must call extend().
+        """
         timeout = self.acquire_timeout_s if timeout_s is None else timeout_s
         hold = hold_s or self.hold_timeout_s
         owner = self._new_owner()
@@ -170,7 +204,8 @@ class ClusterLock:
                     location=f"cluster.{cluster_id}",
                 )
             # Jitter keeps a crowd of waiters from retrying in lockstep. Never sleep past the
-            # holder's expiry nor past our deadline (one more attempt happens at the deadline).
+            # holder's expiry (at most one lease away) nor past our deadline (one more attempt
+            # happens at the deadline).
             sleep = delay * random.uniform(0.5, 1.0)
             if pttl_ms > 0:
                 sleep = min(sleep, pttl_ms / 1000.0)
@@ -186,18 +221,22 @@ class ClusterLock:
         deleted = await self._release(keys=[self._keys.lock(lease.cluster_id)], args=[lease.value])
         return bool(deleted)
 
-    async def extend(self, lease: Lease, hold_s: float | None = None) -> bool:
-        """Reset the lease's hold time to `hold_s` from now, if it still holds the lock.
+    async def extend(self, lease: Lease, ttl_s: float | None = None) -> bool:
+        """Renew the lock for `ttl_s` (default: one lease) from now, if it still holds it, but
+        never past the lease's hold timeout. False (and nothing changed) if the lease was
+        released, lost, its hold timeout reached, or the lock is no longer its own.
 
-        The token stays the same: an extension is not a new acquisition.
+        The token stays the same: a renewal is not a new acquisition.
         """
-        if lease.released:
+        if lease.released or lease.lost:
             return False
-        hold = hold_s or self.hold_timeout_s
         started = time.monotonic()
-        ok = await self._extend(keys=[self._keys.lock(lease.cluster_id)], args=[lease.value, _ms(hold)])
+        ttl = min(ttl_s or self.lease_s, lease.hold_deadline - started)
+        if ttl <= 0:
+            return False
+        ok = await self._extend(keys=[self._keys.lock(lease.cluster_id)], args=[lease.value, _ms(ttl)])
         if ok:
-            lease.started_at, lease.hold_s = started, hold
+            lease.renewed_at, lease.lease_s = started, ttl
         return bool(ok)
 
     async def current_token(self, cluster_id: str) -> int:
@@ -214,7 +253,8 @@ class ClusterLock:
     async def hold(
         self, cluster_id: str, *, timeout_s: float | None = None, hold_s: float | None = None
     ) -> AsyncIterator[Lease]:
-        """Hold the cluster's lock for the body; released on exit (if still ours).
+        """Hold the cluster's lock for the body (renewed while it runs, up to the hold timeout);
+        released on exit (if still ours).
 
         Holders in this process queue first on an in-memory FIFO lock, so only one of them polls
         Redis at a time and the hand-over between them is immediate and fair (polling with jittered
@@ -241,6 +281,7 @@ class ClusterLock:
     @asynccontextmanager
     async def _redis_lease(self, cluster_id: str, timeout_s: float, hold_s: float | None) -> AsyncIterator[Lease]:
         lease = await self.acquire(cluster_id, timeout_s=timeout_s, hold_s=hold_s)
+        watchdog = asyncio.create_task(self._watch(lease), name=f"{WATCHDOG_TASK_PREFIX}{cluster_id}")
         failed = False
         try:
             yield lease
@@ -248,6 +289,10 @@ class ClusterLock:
             failed = True
             raise
         finally:
+            # The watchdog must be gone before the release: a renewal racing the release cannot
+            # bring the key back (renewal is compare-and-extend), but a watchdog left running
+            # would keep renewing nothing and leak a task.
+            await _stop(watchdog)
             try:
                 still_ours = await self.release(lease)
                 if not still_ours:
@@ -256,13 +301,47 @@ class ClusterLock:
                         cluster=cluster_id,
                         token=lease.token,
                         hold_s=lease.hold_s,
+                        lost=lease.lost,
                     )
             except RedisError as exc:
-                # The lock expires on its own after the hold time; when the body already failed,
-                # its exception is the one worth raising.
+                # The lock expires on its own within a lease; when the body already failed, its
+                # exception is the one worth raising.
                 if not failed:
                     raise
                 log.warning("lock release failed", cluster=cluster_id, token=lease.token, error=str(exc))
+
+    async def _watch(self, lease: Lease) -> None:
+        """Renew the lease every third of a lease until the body ends or the hold timeout does.
+
+        Stops on its own when the lease is released, lost or at its hold timeout, so even a
+        cancellation that redis-py swallowed (see store/_aio.py) cannot keep it renewing; the
+        cancel requests are checked after every Redis call too.
+        """
+        interval = lease.lease_s / 3
+        cancels = cancel_requests()
+        try:
+            while True:
+                await asyncio.sleep(max(0.0, lease.renewed_at + interval - time.monotonic()))
+                if lease.released or lease.lost:
+                    return
+                if time.monotonic() >= lease.hold_deadline:
+                    log.warning(
+                        "lock held for the whole hold timeout; no longer renewed",
+                        cluster=lease.cluster_id,
+                        token=lease.token,
+                        hold_s=lease.hold_s,
+                    )
+                    return
+                renewed = await self.extend(lease)
+                raise_if_cancelled(cancels)
+                if not renewed and not lease.released and time.monotonic() < lease.hold_deadline:
+                    lease.lost = True
+                    log.warning("lock lost: renewal found it gone", cluster=lease.cluster_id, token=lease.token)
+                    return
+        except Exception as exc:
+            # Whatever failed (Redis away, a bug), this lease can no longer vouch for the lock.
+            lease.lost = True
+            log.warning("lock lost: renewal failed", cluster=lease.cluster_id, token=lease.token, error=repr(exc))
 
     # ------------------------------------------------------------------ internals
     def _new_owner(self) -> str:
@@ -274,7 +353,7 @@ class ClusterLock:
         try:
             ok, value = await self._acquire(
                 keys=[self._keys.lock(cluster_id), self._keys.fence(cluster_id)],
-                args=[owner, _ms(hold_s)],
+                args=[owner, _ms(min(self.lease_s, hold_s))],
             )
         except BaseException:
             # Cancelled (or failed) after the script may have taken the lock, with the reply lost:
@@ -292,6 +371,7 @@ class ClusterLock:
             token=int(value),
             owner=owner,
             hold_s=hold_s,
+            lease_s=min(self.lease_s, hold_s),
             waited_s=waited_s + (time.monotonic() - started),
             started_at=started,
         )
@@ -308,4 +388,21 @@ def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
 
 
-__all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "ClusterLock", "Lease"]
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it has finished, even if the caller is cancelled meanwhile
+    (the caller's cancellation is raised afterwards, not lost)."""
+    task.cancel()
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            cancelled = True
+            task.cancel()
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("lock watchdog failed", error=repr(task.exception()))
+    if cancelled:
+        raise asyncio.CancelledError
+
+
+__all__ = ["BACKOFF_CAP_S", "BACKOFF_START_S", "WATCHDOG_TASK_PREFIX", "ClusterLock", "Lease"]

@@ -502,6 +502,12 @@ class StateWriter:
 # ====================================================================== readers
 
 
+def _missing(table: HostTable, host_ids: Iterable[str]) -> list[str]:
+    """The ids of `host_ids` the table has no row for, in their order."""
+    index = table.index
+    return [h for h in host_ids if h not in index]
+
+
 @dataclass(frozen=True)
 class _Cached:
     version: int
@@ -567,7 +573,39 @@ class StateCache:
             if cached is None or cached.version < target:
                 cached = await self._refresh(cluster_id, cached)
                 self._cache[cluster_id] = cached
-            return cached.version, cached.table
+        if min_version is not None and cached.version < min_version:
+            # The version went backwards between the wait and the load (the state was lost).
+            raise self._not_reached(cluster_id, cached.version, min_version)
+        return cached.version, cached.table
+
+    async def table_with(self, cluster_id: str, min_version: int, host_ids: Iterable[str]) -> tuple[int, HostTable]:
+        """(version, HostTable) at `min_version` or later that has every host of `host_ids`: the
+        state a worker's request was made against.
+
+        The state tracker never removes a host, so a table at that version or later that lacks one
+        of the request's hosts is not that state: the cache's copy predates a state that was lost
+        and reported again (its version numbers start over). The cache then reloads in full from
+        Redis once; if the version or a host is still not there, StaleState says which.
+        """
+        wanted = list(host_ids)
+        version, table = await self.table(cluster_id, min_version=min_version)
+        if not _missing(table, wanted):
+            return version, table
+        async with self._lock(cluster_id):
+            cached = await self._full_load(cluster_id)
+            self._cache[cluster_id] = cached
+        if cached.version < min_version:
+            raise self._not_reached(cluster_id, cached.version, min_version)
+        missing = _missing(cached.table, wanted)
+        if missing:
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise StaleState(
+                f"cluster {cluster_id}: hosts {', '.join(missing[:5])}{more} of the request are unknown "
+                f"at state version {cached.version} (the request was made against version {min_version}); "
+                "the cluster's state was lost or rewritten since",
+                location="state_version",
+            )
+        return cached.version, cached.table
 
     async def snapshot(self, cluster_id: str) -> ClusterState:
         """The whole cluster at one version, read from Redis (hosts and VMs ordered by id)."""
@@ -620,13 +658,16 @@ class StateCache:
                 return current
             left = deadline - time.monotonic()
             if left <= 0:
-                raise StaleState(
-                    f"cluster {cluster_id}: state version {current} has not reached {min_version} "
-                    f"after waiting {self._stale_wait_s:.1f}s",
-                    location="state_version",
-                )
+                raise self._not_reached(cluster_id, current, min_version, waited=True)
             await asyncio.sleep(min(delay, left))
             delay = min(delay * 2, 0.05)
+
+    def _not_reached(self, cluster_id: str, current: int, min_version: int, *, waited: bool = False) -> StaleState:
+        after = f" after waiting {self._stale_wait_s:.1f}s" if waited else ""
+        return StaleState(
+            f"cluster {cluster_id}: state version {current} has not reached {min_version}{after}",
+            location="state_version",
+        )
 
     async def _refresh(self, cluster_id: str, cached: _Cached | None) -> _Cached:
         if cached is None:

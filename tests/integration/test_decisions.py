@@ -1,0 +1,113 @@
+"""The decision store on a real Redis: put-if-absent, fencing, the publication mark, older records,
+and the request fingerprint."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import redis.asyncio as aioredis
+
+from vmsched.contracts import DecisionStatus, Explanation, ScheduleDecision, ScheduleRequest, VmSpec
+from vmsched.errors import FencedOut
+from vmsched.settings import Settings
+from vmsched.store import ClusterLock, DecisionStore, Keys
+from vmsched.store.decisions import request_fingerprint
+
+pytestmark = pytest.mark.integration
+
+
+def _decision(cluster: str, request_id: uuid.UUID, host: str = "h1") -> ScheduleDecision:
+    return ScheduleDecision(
+        request_id=request_id,
+        cluster_id=cluster,
+        vm_id="vm-1",
+        status=DecisionStatus.PLACED,
+        host_id=host,
+        explanation=Explanation(summary="1/1 hosts available", candidates=1),
+        decided_at=datetime.now(UTC),
+        elapsed_ms=1.0,
+    )
+
+
+async def test_put_keeps_the_first_decision_and_marks_publication_once(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    store = DecisionStore(redis_client, settings)
+    rid = uuid.uuid4()
+    first = _decision(f"c-{unique}", rid, "h1")
+    created, record = await store.put(first, fingerprint="fp-1")
+    assert created
+    assert (record.decision, record.fingerprint, record.published) == (first, "fp-1", False)
+    created, record = await store.put(_decision(f"c-{unique}", rid, "h2"), fingerprint="fp-2")
+    assert not created
+    assert (record.decision, record.fingerprint, record.published) == (first, "fp-1", False)
+    assert await store.mark_published(rid)
+    assert not await store.mark_published(rid)
+    again = await store.record(rid)
+    assert again is not None
+    assert again.published
+    assert await store.get(rid) == first
+    assert await redis_client.pttl(Keys(settings.redis_prefix).decision(rid)) > 0
+
+
+async def test_put_with_a_stale_token_is_fenced_out(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    cluster = f"c-{unique}"
+    locks = ClusterLock(redis_client, settings)
+    store = DecisionStore(redis_client, settings)
+    old = await locks.acquire(cluster)
+    await locks.release(old)
+    new = await locks.acquire(cluster)
+    rid = uuid.uuid4()
+    with pytest.raises(FencedOut, match=f"token {old.token} is not the latest"):
+        await store.put(_decision(cluster, rid), fingerprint="fp", token=old.token)
+    assert await store.record(rid) is None
+    created, _ = await store.put(_decision(cluster, rid), fingerprint="fp", token=new.token)
+    assert created
+    await locks.release(new)
+
+
+async def test_a_record_of_the_older_layout_reads_as_published_without_a_fingerprint(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    store = DecisionStore(redis_client, settings)
+    rid = uuid.uuid4()
+    old = _decision(f"c-{unique}", rid)
+    await redis_client.set(Keys(settings.redis_prefix).decision(rid), old.model_dump_json(), px=60_000)
+    record = await store.record(rid)
+    assert record is not None
+    assert (record.decision, record.fingerprint, record.published) == (old, None, True)
+    assert record.matches("anything")
+    assert not await store.mark_published(rid)
+    created, kept = await store.put(_decision(f"c-{unique}", rid, "h9"), fingerprint="fp")
+    assert not created
+    assert kept.decision == old
+
+
+async def test_an_unreadable_record_does_not_block_storing(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    store = DecisionStore(redis_client, settings)
+    rid = uuid.uuid4()
+    await redis_client.set(Keys(settings.redis_prefix).decision(rid), b"{not json", px=60_000)
+    assert await store.record(rid) is None
+    decision = _decision(f"c-{unique}", rid)
+    created, record = await store.put(decision, fingerprint="fp")
+    assert created
+    assert record.decision == decision
+
+
+def test_the_fingerprint_ignores_the_deadline_and_sees_everything_else() -> None:
+    rid = uuid.uuid4()
+    vm = VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1)
+    base = ScheduleRequest(request_id=rid, cluster_id="c1", vm=vm)
+    fp = request_fingerprint(base)
+    later = base.model_copy(update={"deadline": datetime.now(UTC) + timedelta(minutes=1)})
+    assert request_fingerprint(later) == fp
+    assert request_fingerprint(base.model_copy(update={"request_id": uuid.uuid4()})) == fp
+    assert request_fingerprint(base.model_copy(update={"cluster_id": "c2"})) != fp
+    assert request_fingerprint(base.model_copy(update={"vm": vm.model_copy(update={"mem_mb": 2048})})) != fp
+    assert request_fingerprint(base.model_copy(update={"blacklist": ["h1"]})) != fp
