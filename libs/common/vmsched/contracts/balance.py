@@ -8,7 +8,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from vmsched.contracts.base import Bool, Float, Id, Int, Message, Name, Text
+from vmsched.contracts.base import MAX_INT, Bool, Float, Id, Int, Message, Name, Text
 from vmsched.contracts.scheduling import MAX_HOSTS
 
 
@@ -85,6 +85,6 @@ class HaReport(Message):
     ok: Bool
     failing_hosts: list[Id] = Field(default_factory=list, max_length=MAX_HOSTS)
     hosts: Int = Field(0, ge=0, le=MAX_HOSTS)
-    ha_vms: Int = Field(0, ge=0)
+    ha_vms: Int = Field(0, ge=0, le=MAX_INT)
     checked_at: datetime
     elapsed_ms: Float = Field(0.0, ge=0)

@@ -166,14 +166,16 @@ def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
     cached = _CACHE.get(key)
     if cached is not None:
         return dict(cached)
+    # Every length first: no regex runs while any value is over the bound.
+    for name, text in given:
+        if len(text) > MAX_PROPERTY_VALUE:
+            raise PropertyTooLong(unit.name, name, text, unit.properties[name].regex)
     values = dict(given)
     out: list[tuple[str, str]] = []
     for name, spec in unit.properties.items():
         value = values.get(name, spec.default)
         if value is None:
             continue
-        if len(value) > MAX_PROPERTY_VALUE:
-            raise PropertyTooLong(unit.name, name, value, spec.regex)
         if not spec.matches(value):
             raise InvalidProperty(unit.name, name, _clip(value), spec.regex)
         out.append((name, value))
