@@ -31,9 +31,11 @@ from vmsched.contracts import (
 from vmsched.contracts.asyncapi import ALL_MODELS
 from vmsched.contracts.base import (
     MAX_EXTRA_SPECS,
+    MAX_IMAGE_PROPERTY_VALUE,
     MAX_PROPERTY_VALUE,
     MAX_QUERY_DEPTH,
     MAX_QUERY_NODES,
+    MAX_TEXT,
 )
 from vmsched.errors import InvalidProperty, InvalidRequest
 from vmsched.scheduling.pipeline import run_filters, run_weights
@@ -459,3 +461,14 @@ def test_a_valid_request_decoded_from_json_runs_through_filters_and_weights() ->
     weights = run_weights(hosts, spec, [UnitCall(unit="CPUWeigher", factor=1)])
     assert len(weights) == 1
     assert len(weights[0]) == 2
+
+
+def test_a_reason_quoting_an_escaped_value_stays_within_its_bound() -> None:
+    """repr escapes a non-printable character as up to 10 characters, so even a value within its
+    bound can quote to a reason ten times longer; the filter reply must still be valid."""
+    arch = "\U000e0001" * MAX_IMAGE_PROPERTY_VALUE
+    spec = decode(json.dumps(_vm(image_properties={"hw_architecture": arch})).encode(), VmSpec)
+    out = run_filters(table(host("h1")), spec, [UnitCall(unit="ImagePropertiesFilter")])
+    assert [r.host_id for r in out.removed] == ["h1"]
+    assert len(out.removed[0].reason) == MAX_TEXT
+    assert out.removed[0].reason.startswith("architecture 'x86_64', image needs ")

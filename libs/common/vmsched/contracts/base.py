@@ -14,7 +14,8 @@ Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A
 #: Names of policy units and properties: identifiers, no spaces.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
 #: Free text from a filter or an error: bounded so one message cannot balloon.
-Text = Annotated[str, StringConstraints(max_length=2000)]
+MAX_TEXT = 2000
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 
 # Numbers are strict: pydantic's lax mode turns JSON `true` into 1, "5" into 5 and 2.0 into 2, so
 # a wrongly typed field would be scheduled on instead of refused. A float still takes a JSON
