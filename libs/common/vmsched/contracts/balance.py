@@ -8,7 +8,8 @@ from uuid import UUID
 
 from pydantic import Field
 
-from vmsched.contracts.base import Id, Message, Name, Text
+from vmsched.contracts.base import MAX_INT, Bool, Float, Id, Int, Message, Name, Text
+from vmsched.contracts.scheduling import MAX_HOSTS
 
 
 class MigrationDecision(Message):
@@ -20,7 +21,7 @@ class MigrationDecision(Message):
     source_host: Id
     target_host: Id
     #: Next-best targets, best first, for when the migration to target_host fails.
-    alternates: list[Id] = Field(default_factory=list)
+    alternates: list[Id] = Field(default_factory=list, max_length=50)
     #: The balance unit that picked the VM, and why, in numbers.
     balance_unit: Name
     reason: Text
@@ -53,7 +54,7 @@ class HaAlert(Message):
 
     alert_id: UUID
     cluster_id: Id
-    failing_hosts: list[Id]
+    failing_hosts: list[Id] = Field(max_length=MAX_HOSTS)
     #: "Cluster <name> failed the HA Reservation check, HA VMs on host(s): <h1, h2> will fail to
     #: migrate in case of a failover, consider adding resources or shutting down unused VMs."
     message: Text
@@ -64,7 +65,7 @@ class HaRecovered(Message):
     """Event `ha.recovered.<cluster>`: the cluster passes the HA reservation check again."""
 
     cluster_id: Id
-    previously_failing: list[Id]
+    previously_failing: list[Id] = Field(max_length=MAX_HOSTS)
     message: Text
     checked_at: datetime
 
@@ -80,10 +81,10 @@ class HaReport(Message):
 
     cluster_id: Id
     #: False when the cluster does not have HA reservation enabled (nothing was checked).
-    enabled: bool
-    ok: bool
-    failing_hosts: list[Id] = Field(default_factory=list)
-    hosts: int = Field(0, ge=0)
-    ha_vms: int = Field(0, ge=0)
+    enabled: Bool
+    ok: Bool
+    failing_hosts: list[Id] = Field(default_factory=list, max_length=MAX_HOSTS)
+    hosts: Int = Field(0, ge=0, le=MAX_HOSTS)
+    ha_vms: Int = Field(0, ge=0, le=MAX_INT)
     checked_at: datetime
-    elapsed_ms: float = Field(0.0, ge=0)
+    elapsed_ms: Float = Field(0.0, ge=0)

@@ -1,17 +1,114 @@
-"""The base every message model derives from, and the bounded id types."""
+"""The base every message model derives from, the bounded id and text types, strict numbers, and
+the bounds every engine-supplied map or JSON tree must stay within (a message that passes
+validation must not be able to hold a worker for seconds or grow its memory)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, StringConstraints
 
 #: Host, cluster, VM and network ids: engine-chosen strings (UUIDs fit), bounded and printable.
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
 #: Names of policy units and properties: identifiers, no spaces.
 Name = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
 #: Free text from a filter or an error: bounded so one message cannot balloon.
-Text = Annotated[str, StringConstraints(max_length=2000)]
+MAX_TEXT = 2000
+Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
+
+# Numbers are strict: pydantic's lax mode turns JSON `true` into 1, "5" into 5 and 2.0 into 2, so
+# a wrongly typed field would be scheduled on instead of refused. A float still takes a JSON
+# integer (1 is 1.0). Booleans are strict too: 1 or "yes" is not a boolean.
+Int = Annotated[int, Strict()]
+Float = Annotated[float, Strict()]
+Bool = Annotated[bool, Strict()]
+
+#: Largest integer a message carries (int64): counters and sizes fit; a 1000-digit number would
+#: overflow the hosts' numpy columns.
+MAX_INT = (1 << 63) - 1
+
+#: Keys of engine-supplied maps (extra specs, image properties, labels, capabilities, metrics,
+#: host-group metadata): Nova stores every such key as String(255).
+MAX_KEY = 255
+Key = Annotated[str, StringConstraints(max_length=MAX_KEY)]
+#: Values of flavor extra specs, labels and host-group metadata: Nova's flavor extra specs and
+#: aggregate metadata values are String(255). Extra-spec requirements are matched against every
+#: candidate host, so their length multiplies by the cluster size.
+MAX_SHORT_VALUE = 255
+ShortValue = Annotated[str, StringConstraints(max_length=MAX_SHORT_VALUE)]
+#: Image property values: the ones the filters read are short (architecture, hypervisor type,
+#: ">=6.0, <7.0"); 1024 leaves room for an engine forwarding other Glance properties.
+MAX_IMAGE_PROPERTY_VALUE = 1024
+ImagePropertyValue = Annotated[str, StringConstraints(max_length=MAX_IMAGE_PROPERTY_VALUE)]
+#: Policy property values: oVirt's are short numbers and booleans; the longest is Nova's metrics
+#: weight setting ("cpu.percent=1.0, cpu.user.percent=-0.5, ..."), and 1024 fits every Nova metric
+#: with a ratio several times over. Longer values are refused before any regex runs.
+MAX_PROPERTY_VALUE = 1024
+PropertyValue = Annotated[str, StringConstraints(max_length=MAX_PROPERTY_VALUE)]
+
+#: Flavor extra specs per VM: every capability-scoped or unscoped one is looked up and matched on
+#: every candidate host; real flavors carry a few dozen at most.
+MAX_EXTRA_SPECS = 128
+#: JsonFilter queries (evaluated once per candidate host: the cost is nodes x hosts). Nova's
+#: examples are a handful of nodes; 256 nodes on 10,000 hosts is still ~1 s of evaluation.
+MAX_QUERY_DEPTH = 16
+MAX_QUERY_NODES = 256
+MAX_QUERY_STRING = 255
+#: Host capabilities (nested, for capabilities:a:b extra specs): Nova's cpu_info JSON text is a few KB.
+MAX_CAPABILITIES_DEPTH = 8
+MAX_CAPABILITIES_NODES = 4096
+MAX_CAPABILITIES_STRING = 8192
+
+
+def json_bounds(*, max_depth: int, max_nodes: int, max_string: int) -> Callable[[Any], Any]:
+    """A validator bounding a JSON tree: nesting depth, number of nodes (every list, object, key and
+    scalar counts), string length and integer size. The error names where, as a JSON path."""
+
+    def check(value: Any) -> Any:
+        nodes = 0
+        stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+        while stack:
+            node, path, depth = stack.pop()
+            nodes += 1
+            where = path or "the top level"
+            if nodes > max_nodes:
+                raise ValueError(f"more than {max_nodes} JSON nodes (lists, objects, keys and values)")
+            if depth > max_depth:
+                raise ValueError(f"nested deeper than {max_depth} levels at {where}")
+            if isinstance(node, str) and len(node) > max_string:
+                raise ValueError(f"string of {len(node)} characters at {where} (the limit is {max_string})")
+            if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+                raise ValueError(f"integer at {where} does not fit in 64 bits")
+            if isinstance(node, (list, dict)) and nodes + len(node) > max_nodes:
+                raise ValueError(f"more than {max_nodes} JSON nodes (lists, objects, keys and values)")
+            if isinstance(node, list):
+                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node))
+            elif isinstance(node, dict):
+                for key, item in node.items():
+                    nodes += 1
+                    if isinstance(key, str) and len(key) > max_string:
+                        raise ValueError(f"key of {len(key)} characters at {where} (the limit is {max_string})")
+                    stack.append((item, f"{path}.{key}" if len(str(key)) <= 40 else f"{path}.<long key>", depth + 1))
+        return value
+
+    return check
+
+
+#: A Nova JsonFilter query, bounded.
+Query = Annotated[
+    list[Any],
+    AfterValidator(json_bounds(max_depth=MAX_QUERY_DEPTH, max_nodes=MAX_QUERY_NODES, max_string=MAX_QUERY_STRING)),
+]
+#: A host's capabilities, bounded.
+Capabilities = Annotated[
+    dict[Key, Any],
+    AfterValidator(
+        json_bounds(
+            max_depth=MAX_CAPABILITIES_DEPTH, max_nodes=MAX_CAPABILITIES_NODES, max_string=MAX_CAPABILITIES_STRING
+        )
+    ),
+]
 
 
 class Message(BaseModel):

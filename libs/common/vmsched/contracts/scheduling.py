@@ -4,19 +4,36 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
 from uuid import UUID
 
 from pydantic import Field, model_validator
 
-from vmsched.contracts.base import Id, Message, Name, Text
+from vmsched.contracts.base import (
+    MAX_EXTRA_SPECS,
+    MAX_INT,
+    Bool,
+    Float,
+    Id,
+    ImagePropertyValue,
+    Int,
+    Key,
+    Message,
+    Name,
+    Query,
+    ShortValue,
+    Text,
+)
+
+#: Hosts a cluster may have, with room: every host list (candidates, ranked hosts, filtered hosts)
+#: is at most this long. vmsched is built for clusters of up to 10,000 hosts.
+MAX_HOSTS = 100_000
 
 
 class AffinityRule(Message):
     #: True: keep together (VMs on one host / VM on these hosts); False: keep apart.
-    positive: bool
+    positive: Bool
     #: Hard (a filter: never broken) or soft (a weight: broken only when it must be).
-    enforcing: bool
+    enforcing: Bool
 
 
 class AffinityGroup(Message):
@@ -31,47 +48,47 @@ class AffinityGroup(Message):
     hosts: list[Id] = Field(default_factory=list, max_length=10_000)
     host_rule: AffinityRule | None = None
     #: Soft groups of higher priority weigh more when they would be broken.
-    priority: float = Field(1.0, ge=0, le=1_000_000)
+    priority: Float = Field(1.0, ge=0, le=1_000_000)
 
 
 class VmSpec(Message):
     """The VM to place, with everything the filters and weights look at (Nova: the RequestSpec)."""
 
     vm_id: Id
-    mem_mb: int = Field(ge=1, le=1 << 34)
+    mem_mb: Int = Field(ge=1, le=1 << 34)
     #: Guest overhead added to the memory need (oVirt computes ~64 MB + video RAM).
-    overhead_mb: int = Field(64, ge=0, le=1 << 20)
-    vcpus: int = Field(ge=1, le=4096)
-    cpu_sockets: int = Field(1, ge=1, le=1024)
+    overhead_mb: Int = Field(64, ge=0, le=1 << 20)
+    vcpus: Int = Field(ge=1, le=4096)
+    cpu_sockets: Int = Field(1, ge=1, le=1024)
     #: The vCPUs are pinned exclusively (dedicated CPU policy): they use up physical CPUs.
-    exclusive_cpus: bool = False
+    exclusive_cpus: Bool = False
     #: Expected CPU load of the VM in percent of its vCPUs (0 for a new VM).
-    cpu_usage_pct: float = Field(0.0, ge=0, le=100)
+    cpu_usage_pct: Float = Field(0.0, ge=0, le=100)
     networks: list[Id] = Field(default_factory=list, max_length=256)
     #: Hosts the VM is pinned to (PinToHost); empty means any.
     pinned_hosts: list[Id] = Field(default_factory=list, max_length=4096)
     #: The host the VM runs on now; set for a migration (the Migration filter removes it).
     current_host: Id | None = None
-    ha: bool = False
+    ha: Bool = False
     #: May run on hosts with swap in use (the Memory filter then counts free swap).
-    use_swap: bool = True
+    use_swap: Bool = True
     #: Backed by static huge pages: swap never counts toward its memory.
-    hugepages: bool = False
+    hugepages: Bool = False
     #: Huge page size in KiB when `hugepages` (2048 or 1048576 on x86_64).
-    hugepage_size_kb: int = Field(2048, ge=4, le=1 << 24)
-    cpu_cores_per_socket: int = Field(1, ge=1, le=4096)
-    cpu_threads_per_core: int = Field(1, ge=1, le=64)
+    hugepage_size_kb: Int = Field(2048, ge=4, le=1 << 24)
+    cpu_cores_per_socket: Int = Field(1, ge=1, le=4096)
+    cpu_threads_per_core: Int = Field(1, ge=1, le=64)
     #: Machine type and CPU model the VM needs (oVirt emulated machine / CPU level).
     emulated_machine: str | None = Field(None, max_length=128)
     cpu_model: str | None = Field(None, max_length=128)
-    disk_mb: int = Field(0, ge=0)
+    disk_mb: Int = Field(0, ge=0, le=1 << 40)
     affinity_groups: list[AffinityGroup] = Field(default_factory=list, max_length=256)
     #: Hosts to prefer when they fit (oVirt PreferredHosts).
     preferred_hosts: list[Id] = Field(default_factory=list, max_length=4096)
     #: Flavor extra specs (Nova ComputeCapabilities / aggregate extra specs), e.g. {"hw:cpu_policy": "..."}.
-    extra_specs: dict[str, str] = Field(default_factory=dict, max_length=256)
+    extra_specs: dict[Key, ShortValue] = Field(default_factory=dict, max_length=MAX_EXTRA_SPECS)
     #: Image properties: hw_architecture, img_hv_type, hw_vm_mode, ...
-    image_properties: dict[str, str] = Field(default_factory=dict, max_length=256)
+    image_properties: dict[Key, ImagePropertyValue] = Field(default_factory=dict, max_length=256)
     tenant_id: Id | None = None
     availability_zone: str | None = Field(None, max_length=255)
     #: Scheduler hints: place on a host running one of these VMs / on none of their hosts.
@@ -80,7 +97,8 @@ class VmSpec(Message):
     #: Hosts already tried for this VM (a retry after a failed start): the Retry filter removes them.
     tried_hosts: list[Id] = Field(default_factory=list, max_length=10_000)
     #: Nova JsonFilter query (a JSON list, e.g. ["and", [">=", "$free_ram_mb", 1024], ...]).
-    query: list[Any] | None = None
+    #: Bounded (vmsched.contracts.base: depth, nodes, string length): it is evaluated on every host.
+    query: Query | None = None
 
 
 class RequestKind(StrEnum):
@@ -96,14 +114,14 @@ class ScheduleRequest(Message):
     vm: VmSpec
     kind: RequestKind = RequestKind.RUN
     #: Only these hosts are candidates (a migration's balance targets); None means all Up hosts.
-    whitelist: list[Id] | None = Field(None, max_length=100_000)
+    whitelist: list[Id] | None = Field(None, max_length=MAX_HOSTS)
     #: Never these hosts (already tried for this request: the Retry idea).
-    blacklist: list[Id] = Field(default_factory=list, max_length=100_000)
-    max_alternates: int = Field(3, ge=0, le=50)
+    blacklist: list[Id] = Field(default_factory=list, max_length=MAX_HOSTS)
+    max_alternates: Int = Field(3, ge=0, le=50)
     #: A request still queued after this instant is not placed (status `expired`).
     deadline: datetime | None = None
     #: Include the per-unit, per-host score table in the decision (it grows with the cluster).
-    explain_scores: bool = True
+    explain_scores: Bool = True
     #: More VMs placed together with `vm`, in order, all or none (oVirt batch start, Nova
     #: multi-instance): each is filtered and weighed after the earlier ones virtually consumed
     #: their hosts, so they spread (or stack) and honour affinity among themselves.
@@ -145,19 +163,19 @@ class UnitScores(Message):
     """One weight unit's column of the score table (aligned with ScoreTable.hosts)."""
 
     unit: Name
-    factor: float
-    raw: list[float]
+    factor: Float
+    raw: list[Float] = Field(max_length=MAX_HOSTS)
     #: What the selector made of the raw weight: rank points (RankSelector) or a normalized value.
-    points: list[float]
+    points: list[Float] = Field(max_length=MAX_HOSTS)
 
 
 class ScoreTable(Message):
     """The selection step, inspectable: hosts in final order, best first."""
 
     selector: Name
-    hosts: list[Id]
-    units: list[UnitScores]
-    totals: list[float]
+    hosts: list[Id] = Field(max_length=MAX_HOSTS)
+    units: list[UnitScores] = Field(max_length=256)
+    totals: list[Float] = Field(max_length=MAX_HOSTS)
 
 
 class ErrorInfo(Message):
@@ -168,10 +186,10 @@ class ErrorInfo(Message):
 class Explanation(Message):
     #: "3/50 hosts available: 30 Memory (insufficient free memory), 17 Network (missing network)".
     summary: Text
-    candidates: int = Field(ge=0)
+    candidates: Int = Field(ge=0, le=MAX_INT)
     #: The filter chain that ran, in order (a host removed by one is not seen by the next).
-    filters: list[Name] = Field(default_factory=list)
-    filtered: list[FilteredHost] = Field(default_factory=list)
+    filters: list[Name] = Field(default_factory=list, max_length=256)
+    filtered: list[FilteredHost] = Field(default_factory=list, max_length=MAX_HOSTS)
     scores: ScoreTable | None = None
 
 
@@ -180,7 +198,7 @@ class Placement(Message):
 
     vm_id: Id
     host_id: Id
-    alternates: list[Id] = Field(default_factory=list)
+    alternates: list[Id] = Field(default_factory=list, max_length=50)
     #: The aggregate line of this VM's filtering ("9/10 hosts available: 1 Memory (...)").
     summary: Text = ""
 
@@ -194,20 +212,20 @@ class ScheduleDecision(Message):
     status: DecisionStatus
     host_id: Id | None = None
     #: Next-best hosts, best first (the engine tries them if the start on host_id fails).
-    alternates: list[Id] = Field(default_factory=list)
+    alternates: list[Id] = Field(default_factory=list, max_length=50)
     #: One entry per VM of the request, in request order (the first is host_id/alternates).
-    placements: list[Placement] = Field(default_factory=list)
+    placements: list[Placement] = Field(default_factory=list, max_length=1001)
     policy: Name | None = None
-    state_version: int = Field(0, ge=0)
+    state_version: Int = Field(0, ge=0, le=MAX_INT)
     #: The lock acquisition this decision was made under (its pending record carries it).
-    fencing_token: int = Field(0, ge=0)
+    fencing_token: Int = Field(0, ge=0, le=MAX_INT)
     explanation: Explanation
     error: ErrorInfo | None = None
     #: True when the request was retried once after waiting for pending resources to change.
-    retried: bool = False
+    retried: Bool = False
     decided_at: datetime
     #: Time from receiving the request to the decision, in milliseconds.
-    elapsed_ms: float = Field(0.0, ge=0)
+    elapsed_ms: Float = Field(0.0, ge=0)
 
 
 class PendingEntry(Message):
@@ -215,10 +233,10 @@ class PendingEntry(Message):
 
     vm_id: Id
     host_id: Id
-    mem_mb: int = Field(ge=0)
-    vcpus: int = Field(ge=0)
-    cpus_pinned: int = Field(0, ge=0)
+    mem_mb: Int = Field(ge=0, le=1 << 40)
+    vcpus: Int = Field(ge=0, le=1 << 20)
+    cpus_pinned: Int = Field(0, ge=0, le=1 << 20)
     request_id: UUID
-    fencing_token: int = Field(ge=0)
+    fencing_token: Int = Field(ge=0, le=MAX_INT)
     #: Unix time after which the record no longer counts.
-    expires_at: float
+    expires_at: Float

@@ -11,17 +11,15 @@ from uuid import UUID
 
 from pydantic import Field
 
-from vmsched.contracts.base import Id, Message, Name
-from vmsched.contracts.scheduling import FilteredHost, PendingEntry, VmSpec
-
-PropertyValue = str
+from vmsched.contracts.base import MAX_INT, Float, Id, Int, Message, Name, PropertyValue
+from vmsched.contracts.scheduling import MAX_HOSTS, FilteredHost, PendingEntry, VmSpec
 
 
 class UnitCall(Message):
     """One policy unit as a policy uses it: its name, its factor (weights) and the policy's properties."""
 
     unit: Name
-    factor: float = 1.0
+    factor: Float = Field(1.0, ge=-1_000_000, le=1_000_000)
     properties: dict[Name, PropertyValue] = Field(default_factory=dict, max_length=256)
 
 
@@ -30,19 +28,19 @@ class FilterRequest(Message):
 
     request_id: UUID
     cluster_id: Id
-    state_version: int = Field(ge=0)
+    state_version: Int = Field(ge=0, le=MAX_INT)
     vm: VmSpec
-    candidates: list[Id] = Field(max_length=100_000)
+    candidates: list[Id] = Field(max_length=MAX_HOSTS)
     filters: list[UnitCall] = Field(max_length=256)
     pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
     #: The decision's instant (unix seconds): units judging time (heartbeats, load duration) use it.
-    now: float = 0.0
+    now: Float = 0.0
 
 
 class FilterReply(Message):
     request_id: UUID
-    survivors: list[Id]
-    removed: list[FilteredHost]
+    survivors: list[Id] = Field(max_length=MAX_HOSTS)
+    removed: list[FilteredHost] = Field(max_length=MAX_HOSTS)
 
 
 class WeighRequest(Message):
@@ -50,24 +48,24 @@ class WeighRequest(Message):
 
     request_id: UUID
     cluster_id: Id
-    state_version: int = Field(ge=0)
+    state_version: Int = Field(ge=0, le=MAX_INT)
     vm: VmSpec
-    hosts: list[Id] = Field(max_length=100_000)
+    hosts: list[Id] = Field(max_length=MAX_HOSTS)
     weights: list[UnitCall] = Field(max_length=256)
     pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
     #: The decision's instant (unix seconds): units judging time (heartbeats, load duration) use it.
-    now: float = 0.0
+    now: Float = 0.0
 
 
 class UnitWeights(Message):
     unit: Name
     #: Aligned with WeighRequest.hosts.
-    raw: list[float]
+    raw: list[Float] = Field(max_length=MAX_HOSTS)
 
 
 class WeighReply(Message):
     request_id: UUID
-    weights: list[UnitWeights]
+    weights: list[UnitWeights] = Field(max_length=256)
 
 
 class StateRequest(Message):

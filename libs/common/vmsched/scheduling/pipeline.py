@@ -15,6 +15,7 @@ import numpy as np
 from pydantic import TypeAdapter
 
 from vmsched.contracts import FilteredHost, ScoreTable, UnitCall, VmSpec
+from vmsched.contracts.base import MAX_TEXT
 from vmsched.errors import SchedulingError
 from vmsched.scheduling.hosts import FloatArray, HostTable
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
@@ -43,6 +44,13 @@ class FilterOutcome:
     removed: list[FilteredHost]
 
 
+def _fit(reason: str) -> str:
+    """A reason within FilteredHost.reason's bound: reasons quote request and host values (repr
+    escapes can make a 255-character value ten times longer), and one reason over the bound would
+    fail the whole filter reply."""
+    return reason if len(reason) <= MAX_TEXT else reason[: MAX_TEXT - 3] + "..."
+
+
 def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
     """Run the chain: each filter sees only the survivors of the previous one; stop when none is left."""
     rows: list[dict[str, str]] = []
@@ -58,7 +66,7 @@ def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> Filt
         if len(gone) != len(verdict.reasons):
             raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
         rows.extend(
-            {"host_id": hosts.ids[i], "filter": unit.name, "reason": reason}
+            {"host_id": hosts.ids[i], "filter": unit.name, "reason": _fit(reason)}
             for i, reason in zip(gone.tolist(), verdict.reasons, strict=True)
         )
         if len(gone):

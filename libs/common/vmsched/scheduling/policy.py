@@ -15,6 +15,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict, Field
 
 from vmsched.contracts import UnitCall
+from vmsched.contracts.base import Name, PropertyValue
 from vmsched.errors import SchedulingError, UnknownPolicyUnit
 from vmsched.scheduling.units.base import PolicyUnit, validate_properties
 
@@ -50,7 +51,9 @@ class Policy(BaseModel):
     weights: tuple[PolicyWeight, ...] = ()
     balance: str | None = None
     selector: str = "RankSelector"
-    properties: Mapping[str, str] = Field(default_factory=dict)
+    #: Shared by all of the policy's units; bounded like UnitCall.properties, which carries them
+    #: to the workers, so an oversized value is refused where the policy is loaded or saved.
+    properties: Mapping[Name, PropertyValue] = Field(default_factory=dict, max_length=256)
     locked: bool = False
     is_default: bool = False
 

@@ -12,12 +12,15 @@ Conventions
   unit declares `direction = HIGHER_IS_BETTER`; selectors read the direction.
 * Properties arrive as strings (oVirt stores them so) and are validated against the unit's regexes
   before any unit runs: `validate_properties` raises InvalidProperty naming property, value, regex.
+  A value longer than MAX_PROPERTY_VALUE is refused before its regex runs, and every regex is
+  checked for backtracking when its PropertySpec is made (regex_audit), so validation is linear.
 """
 
 from __future__ import annotations
 
-import functools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -26,8 +29,10 @@ from uuid import UUID, uuid5
 import numpy as np
 
 from vmsched.contracts import VmReport, VmSpec
-from vmsched.errors import InvalidProperty
+from vmsched.contracts.base import MAX_PROPERTY_VALUE
+from vmsched.errors import InvalidProperty, SchedulingError
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.units.regex_audit import ambiguity
 
 Props = Mapping[str, str]
 
@@ -47,6 +52,13 @@ class PropertySpec:
     regex: str
     default: str | None
     description: str = ""
+
+    def __post_init__(self) -> None:
+        # A regex that can backtrack super-linearly would let one property value hold a worker for
+        # seconds; refuse it when the unit is defined, not when a hostile value arrives.
+        why = ambiguity(self.regex)
+        if why is not None:
+            raise ValueError(f"property regex {self.regex!r} may backtrack super-linearly: {why}")
 
     def matches(self, value: str) -> bool:
         return re.fullmatch(self.regex.removeprefix("^").removesuffix("$"), value) is not None
@@ -128,18 +140,36 @@ class PolicyUnit:
         return tuple(k for k, fn in kinds if fn is not None)
 
 
+class PropertyTooLong(InvalidProperty):
+    """A property value longer than MAX_PROPERTY_VALUE: refused before its regex runs."""
+
+    def __init__(self, unit: str, prop: str, value: str, regex: str) -> None:
+        SchedulingError.__init__(
+            self,
+            f"property {prop} of unit {unit} is {len(value)} characters long; the limit is {MAX_PROPERTY_VALUE} "
+            f"(starts {value[:40]!r})",
+            location=f"properties.{prop}",
+        )
+        self.unit, self.prop, self.value, self.regex = unit, prop, value, regex
+
+
 def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
     """The unit's properties from `props` (defaults filled in), each checked against its regex.
 
     Properties the unit does not declare are ignored here: a policy's properties are shared by all
     of its units (as in oVirt), so each unit picks its own. Results are cached: a policy's
     properties are the same on every request, and this runs for every unit of every request.
+    A value longer than MAX_PROPERTY_VALUE raises PropertyTooLong before any regex runs.
     """
-    return dict(_validated(unit, tuple(sorted((k, v) for k, v in props.items() if k in unit.properties))))
-
-
-@functools.lru_cache(maxsize=4096)
-def _validated(unit: PolicyUnit, given: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    given = tuple(sorted((k, v) for k, v in props.items() if k in unit.properties))
+    key = (unit, given)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return dict(cached)
+    # Every length first: no regex runs while any value is over the bound.
+    for name, text in given:
+        if len(text) > MAX_PROPERTY_VALUE:
+            raise PropertyTooLong(unit.name, name, text, unit.properties[name].regex)
     values = dict(given)
     out: list[tuple[str, str]] = []
     for name, spec in unit.properties.items():
@@ -147,9 +177,69 @@ def _validated(unit: PolicyUnit, given: tuple[tuple[str, str], ...]) -> tuple[tu
         if value is None:
             continue
         if not spec.matches(value):
-            raise InvalidProperty(unit.name, name, value, spec.regex)
+            raise InvalidProperty(unit.name, name, _clip(value), spec.regex)
         out.append((name, value))
-    return tuple(out)
+    result = tuple(out)
+    _CACHE.put(key, result, sum(len(k) + len(v) for k, v in given))
+    return dict(result)
+
+
+def _clip(value: str, limit: int = 200) -> str:
+    """A value short enough for an error message (the error travels in a bounded reply)."""
+    return value if len(value) <= limit else value[: limit - 3] + "..."
+
+
+_Key = tuple[PolicyUnit, tuple[tuple[str, str], ...]]
+_Validated = tuple[tuple[str, str], ...]
+
+
+class ValidationCache:
+    """An LRU of validated property sets, bounded in entries *and* in characters held.
+
+    Keys hold the property values, so an entry count alone does not bound memory: 4096 entries of
+    1 MB values would be 4 GB. Keys longer than `max_entry_chars` are not cached at all (a policy's
+    real properties are a few short numbers, so they always fit).
+    """
+
+    def __init__(self, max_entries: int, max_chars: int, max_entry_chars: int) -> None:
+        self.max_entries, self.max_chars, self.max_entry_chars = max_entries, max_chars, max_entry_chars
+        self._entries: OrderedDict[_Key, tuple[_Validated, int]] = OrderedDict()
+        self.chars = 0
+        # Process-global like the lru_cache it replaces, which was thread-safe: so is this.
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: _Key) -> _Validated | None:
+        with self._lock:
+            found = self._entries.get(key)
+            if found is None:
+                return None
+            self._entries.move_to_end(key)
+            return found[0]
+
+    def put(self, key: _Key, value: _Validated, chars: int) -> None:
+        if chars > self.max_entry_chars:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.chars -= old[1]
+            self._entries[key] = (value, chars)
+            self.chars += chars
+            while len(self._entries) > self.max_entries or self.chars > self.max_chars:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self.chars -= dropped
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.chars = 0
+
+
+#: 4096 property sets of at most 4 KiB each, 1 Mi characters in all: a few MB at worst.
+_CACHE = ValidationCache(max_entries=4096, max_chars=1 << 20, max_entry_chars=4096)
 
 
 def prop_int(props: Props, name: str, default: int) -> int:
@@ -174,7 +264,9 @@ __all__ = [
     "FilterVerdict",
     "PolicyUnit",
     "PropertySpec",
+    "PropertyTooLong",
     "Props",
+    "ValidationCache",
     "WeightFn",
     "prop_bool",
     "prop_float",

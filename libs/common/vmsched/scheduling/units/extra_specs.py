@@ -185,7 +185,7 @@ def lookup(root: Any, path: Sequence[str]) -> Any:
         if isinstance(node, str):
             try:
                 node = json.loads(node)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past json's recursion limit
                 return None
         if not isinstance(node, Mapping):
             return None

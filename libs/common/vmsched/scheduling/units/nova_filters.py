@@ -232,7 +232,9 @@ def _ratio_origin(from_groups: BoolArray, i: int, key: str) -> str:
 
 
 # -------------------------------------------------------------------------------------- properties
-_POSITIVE_DECIMAL = r"^((0\.[0-9]*[1-9][0-9]*)|([1-9][0-9]*(\.[0-9]+)?))$"
+#: "0." then digits with a nonzero among them is written 0\.0*[1-9][0-9]*: the same language as
+#: 0\.[0-9]*[1-9][0-9]*, whose two loops over digits backtrack quadratically on "0.111...1x".
+_POSITIVE_DECIMAL = r"^((0\.0*[1-9][0-9]*)|([1-9][0-9]*(\.[0-9]+)?))$"
 _METRIC_SETTING = r"^(\s*[^=,\s]+\s*=\s*-?[0-9]+(\.[0-9]+)?\s*(,\s*[^=,\s]+\s*=\s*-?[0-9]+(\.[0-9]+)?\s*)*)?$"
 
 #: Nova's ram_allocation_ratio (default 1.5): a positive decimal ("1", "1.5", "0.9").
@@ -321,6 +323,13 @@ def _capability(hosts: HostTable, i: int, scoped: bool, path: list[str]) -> Any:
     return lookup(head, path[1:]) if len(path) > 1 else head
 
 
+def _shown(value: str, limit: int = 200) -> str:
+    """A host value for a reason, clipped: a capability may be KBs of JSON, and a reason is bounded
+    (FilteredHost.reason), so an unclipped one would fail the whole filter reply."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def compute_capabilities_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     """Nova ComputeCapabilitiesFilter: every applicable extra spec matches the host's value.
 
@@ -337,7 +346,7 @@ def compute_capabilities_filter(hosts: HostTable, vm: VmSpec, props: Props) -> F
                 failures[i] = f"extra spec {key!r} = {requirement!r}: the host does not report it"
                 break
             if not match(value, requirement):
-                failures[i] = f"extra spec {key!r} = {requirement!r} not met by host value {value!r}"
+                failures[i] = f"extra spec {key!r} = {requirement!r} not met by host value {_shown(value)}"
                 break
     keep = _mask(hosts, lambda i: i not in failures)
     return FilterVerdict.from_mask(hosts, keep, failures.__getitem__)
