@@ -149,6 +149,16 @@ def test_long_inputs_are_cut_in_the_message() -> None:
     assert len(info.value.message) < 300
 
 
+def test_a_huge_nested_input_is_quoted_by_its_first_items_only() -> None:
+    # The text quotes the start of a 100,000-item value instead of copying all of it first.
+    huge = [[i, {"k": "v" * 100}] for i in range(100_000)]
+    with pytest.raises(InvalidRequest) as info:
+        decode(json.dumps({"cluster_id": huge}).encode(), StateRequest)
+    assert info.value.location == "cluster_id"
+    assert "[0, {...}], [1, {...}]" in info.value.message
+    assert len(info.value.message) < 300
+
+
 def test_describe_validation_error_gives_text_and_first_location() -> None:
     from pydantic import ValidationError
 

@@ -7,6 +7,7 @@ consumer of a topic with several message kinds (state.#) knows which model to va
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Mapping
 from typing import TypeVar
 
@@ -26,6 +27,12 @@ ERROR_LOCATION_MAX = next(
 )
 _CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
+# The offending input is quoted in error texts; reprlib stops after a few items and characters,
+# where repr() would first copy a multi-megabyte input whole only to cut it to 60 characters.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel, _QUOTE.maxstring, _QUOTE.maxother = 2, 60, 60
+_QUOTE.maxdict = _QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxset = 4
+
 
 def encode(message: Message) -> bytes:
     return message.__pydantic_serializer__.to_json(message)
@@ -39,10 +46,10 @@ def describe_validation_error(exc: ValidationError, limit: int = 5) -> tuple[str
     """('vm.mem_mb: Input should be greater than or equal to 1 (got -5); ...', 'vm.mem_mb')."""
     parts: list[str] = []
     first: str | None = None
-    for err in exc.errors()[:limit]:
+    for err in exc.errors(include_url=False)[:limit]:
         loc = ".".join(str(p) for p in err["loc"]) or "(message)"
         first = first or loc
-        got = repr(err.get("input"))
+        got = _QUOTE.repr(err.get("input"))
         if len(got) > 60:
             got = got[:57] + "..."
         parts.append(f"{loc}: {err['msg']} (got {got})")
