@@ -109,13 +109,16 @@ def assert_settled_once(t: RecordingTransport, reply_to: str | None = None) -> N
 
 
 def filter_request(properties: dict[str, str] | None = None) -> FilterRequest:
+    # model_construct: a hostile engine sends whatever JSON it likes, so the test builds the unit
+    # call without the client-side validation that would refuse an oversized property value.
+    call = UnitCall.model_construct(unit="CPUOverloaded", properties=properties or {})
     return FilterRequest(
         request_id=uuid.uuid4(),
         cluster_id="c1",
         state_version=1,
         vm=VmSpec(vm_id="vm1", mem_mb=1024, vcpus=1),
         candidates=["h1"],
-        filters=[UnitCall(unit="CPUOverloaded", properties=properties or {})],
+        filters=[call],
     )
 
 
@@ -257,12 +260,27 @@ def test_every_event_is_settled_exactly_once(
 
 
 # ---------------------------------------------------------------------------------------- examples
-def test_huge_invalid_property_is_answered_cut_to_fit_and_acked() -> None:
-    """The poison message: a 9,000-character property value made the ErrorReply itself invalid."""
+def test_huge_property_value_is_refused_at_decode_and_acked() -> None:
+    """The poison message: a 9,000-character property value. It is refused by the message bounds
+    before any unit sees it, with a short error naming the property."""
     t = RecordingTransport()
     request = filter_request({"HighUtilization": "9" * 9000})
     delivery = Delivery(queue="q", body=encode(request), reply_to="r")
     outcome = run(Dispatcher(SETTINGS, "filter-worker").request(delivery, t, FilterRequest, validating_handler))
+    assert outcome == "invalid_request"
+    assert t.calls[-1] == "ack:ok"
+    assert "reply:ok" in t.calls
+    reply = decode(t.replies[0][0], ErrorReply)
+    assert reply.location == "filters.0.properties.HighUtilization"
+    assert len(reply.message) < 1000
+
+
+def test_handler_error_longer_than_an_error_reply_is_answered_cut_to_fit_and_acked() -> None:
+    """What wedged workers: a rejection text longer than ErrorReply allows made building the reply raise."""
+    t = RecordingTransport()
+    delivery = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+    huge = InvalidProperty("CPUOverloaded", "HighUtilization", "9" * 9000, "^[0-9]{1,2}$")
+    outcome = run(Dispatcher(SETTINGS, "filter-worker").request(delivery, t, FilterRequest, _raise(huge)))
     assert outcome == "invalid_property"
     assert t.calls == ["reply:ok", "ack:ok"]
     reply = decode(t.replies[0][0], ErrorReply)
