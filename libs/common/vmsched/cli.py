@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -216,6 +217,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vmsched", description="VM scheduler services and tools.")
+    p.add_argument("--version", action="version", version=f"vmsched {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("run", help="run one service")
@@ -286,12 +288,59 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+#: Exit codes: 0 done, 1 the command failed (a server down, an error answered), 2 a usage mistake
+#: (argparse's own code too: bad options, a missing or unreadable input file), 130 interrupted.
+EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vmsched")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _explain_failure(exc: BaseException) -> tuple[str, int] | None:
+    """What to tell a user instead of a traceback, and the exit code; None for a real bug."""
+    from vmsched.errors import BusUnavailable, NoConsumer, VmschedError
+
+    if isinstance(exc, NoConsumer):
+        return f"{exc}\n  start the services (`vmsched up`, or `vmsched run SERVICE` for each)", EXIT_ERROR
+    if isinstance(exc, BusUnavailable):
+        return str(exc), EXIT_ERROR
+    if isinstance(exc, VmschedError):
+        return str(exc), EXIT_ERROR
+    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
+        return f"{exc.filename}: {exc.strerror}", EXIT_USAGE
+    # Imported here: the CLI must start without a server library being loadable for --help.
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
+        url = _settings().redis_url
+        return f"Redis ({url}) is unreachable: {exc} Start it, or point VMSCHED_REDIS_URL at a running one.", EXIT_ERROR
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `vmsched watch | head`: the reader left; say nothing more (stdout is gone anyway).
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream until exit
+        return EXIT_ERROR
+    except Exception as exc:
+        told = _explain_failure(exc)
+        if told is None:
+            raise
+        message, code = told
+        print(f"vmsched: {message}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

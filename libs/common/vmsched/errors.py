@@ -13,6 +13,8 @@
     │       ├── PolicyInUse       still attached to clusters, or the default
     │       └── PolicyExists      a policy with that name or id exists
     ├── MigrationError            a database migration cannot be applied (e.g. an applied file changed)
+    ├── DatabaseUnavailable       PostgreSQL cannot be reached
+    │   └── DatabaseMissing       the server answers, but the database does not exist (`vmsched db migrate`)
     ├── BusError                  talking to RabbitMQ
     │   ├── RpcTimeout            no reply within the call's timeout (publish, queueing and work included)
     │   ├── NoConsumer            the request was returned unroutable, or no service consumes its queue
@@ -98,6 +100,14 @@ class MigrationError(VmschedError):
     code = "migration_error"
 
 
+class DatabaseUnavailable(VmschedError):
+    code = "database_unavailable"
+
+
+class DatabaseMissing(DatabaseUnavailable):
+    code = "database_missing"
+
+
 class BusError(VmschedError):
     code = "bus_error"
 
@@ -137,6 +147,8 @@ class FencedOut(LockError):
 __all__ = [
     "BusError",
     "BusUnavailable",
+    "DatabaseMissing",
+    "DatabaseUnavailable",
     "FencedOut",
     "InvalidProperty",
     "InvalidRequest",

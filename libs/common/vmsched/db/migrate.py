@@ -17,11 +17,10 @@ from importlib.resources import files
 from typing import Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import asyncpg
 from asyncpg import exceptions as pg_errors
 
-from vmsched.db.policies import Connection, init_connection, seed_builtins
-from vmsched.errors import MigrationError
+from vmsched.db.policies import Connection, connect_one, init_connection, seed_builtins
+from vmsched.errors import DatabaseMissing, MigrationError
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.registry import REGISTRY
 
@@ -59,8 +58,8 @@ def _quote_ident(name: str) -> str:
 async def ensure_database(dsn: str) -> bool:
     """Create the database the DSN names when it does not exist; True if this call created it."""
     try:
-        conn = await asyncpg.connect(dsn)
-    except pg_errors.InvalidCatalogNameError:
+        conn = await connect_one(dsn)
+    except DatabaseMissing:
         pass
     else:
         await conn.close()
@@ -69,7 +68,7 @@ async def ensure_database(dsn: str) -> bool:
     name = unquote(parts.path.lstrip("/"))
     if not name:
         raise MigrationError("the database URL names no database to create", location="dsn")
-    admin = await asyncpg.connect(urlunsplit(parts._replace(path="/postgres")))
+    admin = await connect_one(urlunsplit(parts._replace(path="/postgres")))
     try:
         # Advisory locks are per database: every creator locks in 'postgres', so they serialize.
         await admin.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
@@ -116,7 +115,7 @@ async def migrate(dsn: str, *, registry: Mapping[str, PolicyUnit] = REGISTRY) ->
     """Create, migrate and seed the database; returns the versions this call applied."""
     migrations = load_migrations()
     await ensure_database(dsn)
-    conn = await asyncpg.connect(dsn)
+    conn = await connect_one(dsn)
     try:
         await init_connection(conn)
         # Session-level: held across the per-migration transactions; released by unlock or on close.
