@@ -46,16 +46,23 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 "filter-workers and weighers (2 each) SIGKILLed and restarted mid-request: "
                 "all answered, max latency <= 5 s, none lost or placed twice",
                 worker_kill,
-                short={"requests": 20, "clusters": 2, "hosts": 4, "concurrency": 4, "kill_every_s": (0.3, 0.8)},
-                long={"requests": 100},
+                short={
+                    "requests": 24,
+                    "clusters": 2,
+                    "hosts": 4,
+                    "concurrency": 4,
+                    "spread_s": 5.0,
+                    "kill_every_s": (0.5, 1.0),
+                },
+                long={"requests": 100, "spread_s": 20.0},
             ),
             Experiment(
                 "selector_kill",
                 "a selector SIGKILLed every 1-2 s and restarted, default lock timeouts: 0 over-committed "
                 "hosts, >= 99 % answered within 5 s, all within acquire timeout + 5 s",
                 selector_kill,
-                short={"requests": 120, "clusters": 4, "selectors": 2, "concurrency": 16},
-                long={"requests": 800, "selectors": 3},
+                short={"requests": 120, "clusters": 4, "selectors": 2, "concurrency": 16, "spread_s": 6.0},
+                long={"requests": 800, "selectors": 3, "spread_s": 20.0},
             ),
             Experiment(
                 "stale_holder",
@@ -70,8 +77,8 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 "the services' broker connections closed, their Redis clients killed (long: the broker "
                 "app restarted) during a request stream: 0 lost, 0 duplicates, recovery <= 5 s",
                 broker_drop,
-                short={"requests": 40, "restart_broker": False},
-                long={"requests": 300, "restart_broker": True},
+                short={"requests": 40, "spread_s": 8.0, "restart_broker": False},
+                long={"requests": 300, "spread_s": 30.0, "restart_broker": True},
             ),
             Experiment(
                 "hostile_input",

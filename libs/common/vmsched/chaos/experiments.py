@@ -51,25 +51,44 @@ def _tag(prefix: str) -> str:
 
 
 async def _drive(
-    client: SchedulerClient, outcomes: list[Outcome], concurrency: int, *, call_timeout: float, give_up_after: float
+    client: SchedulerClient,
+    outcomes: list[Outcome],
+    concurrency: int,
+    *,
+    call_timeout: float,
+    give_up_after: float,
+    spread_s: float = 0.0,
 ) -> None:
+    """Send every request (at most `concurrency` at once), the i-th not before i/n of `spread_s`:
+    a stream that lasts long enough for the faults to land among the requests."""
     gate = asyncio.Semaphore(concurrency)
+    t0 = time.monotonic()
+    step = spread_s / max(1, len(outcomes))
 
-    async def one(o: Outcome) -> None:
+    async def one(i: int, o: Outcome) -> None:
+        await asyncio.sleep(max(0.0, t0 + i * step - time.monotonic()))
         async with gate:
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
 
-    await asyncio.gather(*(one(o) for o in outcomes))
+    await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
 
-async def _kill_and_replace(stack: ServiceStack, service: str, rng: random.Random) -> bool:
+async def _kill_and_replace(stack: ServiceStack, service: str, rng: random.Random, *, freeze_s: float = 0.0) -> bool:
     """SIGKILL one live `service` process and start its replacement (not waited for), but only
-    while another one is consuming: the experiment is about losing a process, not all of them."""
-    live = stack.live(service)
+    while another one is consuming: the experiment is about losing a process, not all of them.
+
+    With `freeze_s`, the victim is SIGSTOPped that long first: it keeps its connection, so the
+    broker goes on handing it requests it never answers, and the SIGKILL lands with requests
+    certainly in flight (a worker answers in milliseconds: a plain kill would mostly hit it idle).
+    """
+    live = [p for p in stack.live(service) if not p.frozen]
     if len(live) < 2 or await stack.consumers(service) < 2:
         return False
     victim = rng.choice(live)
     with contextlib.suppress(ProcessLookupError):
+        if freeze_s > 0:
+            stack.freeze(victim)
+            await asyncio.sleep(freeze_s)
         os.kill(victim.pid, signal.SIGKILL)
     stack.spawn(service)
     return True
@@ -98,7 +117,9 @@ async def worker_kill(
     clusters: int = 4,
     hosts: int = 6,
     concurrency: int = 8,
+    spread_s: float = 20.0,
     kill_every_s: tuple[float, float] = (0.5, 1.5),
+    freeze_s: float = 0.5,
     seed: int = 1,
 ) -> Result:
     """Filter-workers and weighers (2 each) are SIGKILLed mid-request and restarted while
@@ -120,12 +141,12 @@ async def worker_kill(
 
             async def kill() -> None:
                 service = rng.choice(("filter-worker", "weigher"))
-                if await _kill_and_replace(stack, service, rng):
+                if await _kill_and_replace(stack, service, rng, freeze_s=freeze_s):
                     kills[service] += 1
 
             killer = asyncio.create_task(every(kill_every_s, rng, stop, kill))
             try:
-                await _drive(client, outcomes, concurrency, call_timeout=5.0, give_up_after=30.0)
+                await _drive(client, outcomes, concurrency, call_timeout=5.0, give_up_after=30.0, spread_s=spread_s)
             finally:
                 stop.set()
                 await killer
@@ -154,6 +175,7 @@ async def selector_kill(
     hosts: int = 4,
     selectors: int = 3,
     concurrency: int = 64,
+    spread_s: float = 20.0,
     kill_every_s: tuple[float, float] = (1.0, 2.0),
     seed: int = 2,
 ) -> Result:
@@ -194,6 +216,7 @@ async def selector_kill(
                     concurrency,
                     call_timeout=5.0,
                     give_up_after=settings.lock_acquire_timeout_s + settings.lock_hold_timeout_s + 15.0,
+                    spread_s=spread_s,
                 )
             finally:
                 stop.set()
@@ -356,6 +379,7 @@ async def broker_drop(
     requests: int = 300,
     clusters: int = 2,
     concurrency: int = 4,
+    spread_s: float = 30.0,
     restart_broker: bool = True,
     seed: int = 4,
 ) -> Result:
@@ -417,7 +441,7 @@ async def broker_drop(
 
             injector = asyncio.create_task(faults())
             try:
-                await _drive(client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0)
+                await _drive(client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s)
                 await injector
             finally:
                 injector.cancel()
