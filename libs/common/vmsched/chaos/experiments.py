@@ -11,11 +11,13 @@ import asyncio
 import contextlib
 import os
 import random
+import re
 import signal
 import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,10 @@ from vmsched.chaos.base import (
 )
 from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, VmSpec
-from vmsched.procs import ServiceStack, settings_env
+from vmsched.procs import ServiceProcess, ServiceStack, settings_env
 from vmsched.settings import Settings
+from vmsched.store import ClusterLock
+from vmsched.store.redis import connect as connect_redis
 
 #: Timeouts the experiments run with: the Settings defaults, whatever the caller's settings say
 #: (the test suite's settings shorten them), because the thresholds are stated against those.
@@ -73,25 +77,33 @@ async def _drive(
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
 
-async def _kill_and_replace(stack: ServiceStack, service: str, rng: random.Random, *, freeze_s: float = 0.0) -> bool:
+async def _kill_and_replace(
+    stack: ServiceStack,
+    service: str,
+    rng: random.Random,
+    *,
+    freeze_s: float = 0.0,
+    prefer: Callable[[list[ServiceProcess]], Awaitable[ServiceProcess | None]] | None = None,
+) -> ServiceProcess | None:
     """SIGKILL one live `service` process and start its replacement (not waited for), but only
     while another one is consuming: the experiment is about losing a process, not all of them.
 
     With `freeze_s`, the victim is SIGSTOPped that long first: it keeps its connection, so the
     broker goes on handing it requests it never answers, and the SIGKILL lands with requests
     certainly in flight (a worker answers in milliseconds: a plain kill would mostly hit it idle).
+    `prefer` picks the victim among the live ones (None: a random one).
     """
     live = [p for p in stack.live(service) if not p.frozen]
     if len(live) < 2 or await stack.consumers(service) < 2:
-        return False
-    victim = rng.choice(live)
+        return None
+    victim = (await prefer(live) if prefer is not None else None) or rng.choice(live)
     with contextlib.suppress(ProcessLookupError):
         if freeze_s > 0:
             stack.freeze(victim)
             await asyncio.sleep(freeze_s)
         os.kill(victim.pid, signal.SIGKILL)
     stack.spawn(service)
-    return True
+    return victim
 
 
 def _latency_figures(res: Result, outcomes: list[Outcome]) -> None:
@@ -141,7 +153,7 @@ async def worker_kill(
 
             async def kill() -> None:
                 service = rng.choice(("filter-worker", "weigher"))
-                if await _kill_and_replace(stack, service, rng, freeze_s=freeze_s):
+                if await _kill_and_replace(stack, service, rng, freeze_s=freeze_s) is not None:
                     kills[service] += 1
 
             killer = asyncio.create_task(every(kill_every_s, rng, stop, kill))
@@ -202,11 +214,31 @@ async def selector_kill(
             ]
             stop = asyncio.Event()
             kills = 0
+            holding = 0
+            chosen: set[int] = set()
+            cluster_ids = sorted({h.cluster_id for h in all_hosts})
+            redis = connect_redis(settings)
+            locks = ClusterLock(redis, settings)
+
+            async def lock_holder(live: list[ServiceProcess]) -> ServiceProcess | None:
+                """The worst victim: a selector holding a cluster's lock right now (polled up to 0.5 s).
+                The lock's value names its owner process ("host-PID/..."), as ClusterLock.holder shows."""
+                end = time.monotonic() + 0.5
+                while time.monotonic() < end:
+                    values = [await locks.holder(cid) for cid in cluster_ids]
+                    for p in live:
+                        if any(v is not None and re.search(rf"-{p.pid}\b", v) for v in values):
+                            chosen.add(p.pid)
+                            return p
+                    await asyncio.sleep(0.01)
+                return None
 
             async def kill() -> None:
-                nonlocal kills
-                if await _kill_and_replace(stack, "selector", rng):
+                nonlocal kills, holding
+                victim = await _kill_and_replace(stack, "selector", rng, prefer=lock_holder)
+                if victim is not None:
                     kills += 1
+                    holding += victim.pid in chosen
 
             killer = asyncio.create_task(every(kill_every_s, rng, stop, kill))
             try:
@@ -221,6 +253,7 @@ async def selector_kill(
             finally:
                 stop.set()
                 await killer
+                await redis.aclose()
         _latency_figures(res, outcomes)
         faults = placement_faults(outcomes, all_hosts)
         within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
@@ -230,6 +263,7 @@ async def selector_kill(
         res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
         res.figures["duplicate_placements"] = faults["duplicate_placements"]
         res.figures["kills"] = kills
+        res.figures["kills_holding_a_lock"] = holding
         res.notes.append(
             f"lock acquire/hold timeouts {settings.lock_acquire_timeout_s:g}/{settings.lock_hold_timeout_s:g} s "
             "(Settings defaults)"
@@ -257,8 +291,7 @@ async def stale_holder(
     """
     from vmsched.chaos.holder import stale_vm
     from vmsched.contracts import PendingEntry
-    from vmsched.store import ClusterLock, PendingStore
-    from vmsched.store.redis import connect
+    from vmsched.store import PendingStore
 
     res = Result("stale_holder", {"trials": trials, "per_round": per_round})
     started = time.monotonic()
@@ -272,7 +305,7 @@ async def stale_holder(
     takeovers: list[float] = []
     landed = 0
     await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
-    redis = connect(settings)
+    redis = connect_redis(settings)
     locks = ClusterLock(redis, settings, owner="chaos-taker")
     pending = PendingStore(redis, settings)
     try:
