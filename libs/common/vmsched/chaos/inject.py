@@ -74,23 +74,28 @@ def redis_port(settings: Settings) -> int:
 
 
 async def close_broker_connections(settings: Settings, procs: Iterable[ServiceProcess]) -> int:
-    """Close, on the broker, every connection of these processes named vmsched-<service>; returns how many."""
+    """Close, on the broker, every connection of these processes named vmsched-<service> (all at
+    once); returns how many."""
     own: dict[int, ServiceProcess] = {}
     for p in procs:
         if p.alive:
             for port in local_ports(p.pid, amqp_port(settings)):
                 own[port] = p
-    closed = 0
-    for conn in await broker_connections():
-        mine = own.get(conn.peer_port)
-        if mine is None or conn.name != f"vmsched-{mine.name}":
-            continue  # not ours: never touched
+    targets = [
+        conn
+        for conn in await broker_connections()
+        if conn.peer_port in own and conn.name == f"vmsched-{own[conn.peer_port].name}"  # else: not ours
+    ]
+
+    async def close(conn: BrokerConnection) -> bool:
         try:
             await run_tool("rabbitmqctl", "-q", "close_connection", conn.pid, "vmsched fault suite: broker drop")
         except InjectionError:
-            continue  # it went away by itself meanwhile
-        closed += 1
-    return closed
+            return False  # it went away by itself meanwhile
+        return True
+
+    # All at once: one after the other, the first would have reconnected before the last is closed.
+    return sum(await asyncio.gather(*(close(conn) for conn in targets)))
 
 
 async def kill_redis_clients(settings: Settings, procs: Iterable[ServiceProcess]) -> int:
