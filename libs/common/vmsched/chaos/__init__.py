@@ -77,7 +77,7 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 "the services' broker connections closed, their Redis clients killed (long: the broker "
                 "app restarted) during a request stream: 0 lost, 0 duplicates, recovery <= 5 s",
                 broker_drop,
-                short={"requests": 40, "spread_s": 8.0, "restart_broker": False},
+                short={"requests": 60, "concurrency": 8, "spread_s": 8.0, "restart_broker": False},
                 long={"requests": 300, "spread_s": 30.0, "restart_broker": True},
             ),
             Experiment(

@@ -13,6 +13,7 @@ import contextlib
 import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,3 +338,30 @@ async def every(
         await fn()
         n += 1
     return n
+
+
+async def refused_requests(settings: Settings, limit: int = 100_000) -> Counter[str]:
+    """What the services dead-lettered themselves (header x-vmsched-reason), by reason, from the
+    experiment's own dead-letter queue (consumed). Requests that merely expired in a queue while
+    their caller had given up (the broker's own dead-lettering, or "deadline passed") are left out:
+    the caller retried those."""
+    import aio_pika
+
+    reasons: Counter[str] = Counter()
+    conn = await aio_pika.connect(settings.amqp_url)
+    try:
+        ch = await conn.channel()
+        try:
+            q = await ch.declare_queue(settings.amqp_prefix + c.DEAD_LETTER_QUEUE, passive=True)
+        except Exception:
+            return reasons  # no dead-letter queue: nothing was refused
+        for _ in range(limit):
+            msg = await q.get(no_ack=True, fail=False, timeout=5)
+            if msg is None:
+                break
+            reason = str(msg.headers.get(c.HEADER_DLX_REASON, ""))
+            if reason and not reason.startswith("deadline passed"):
+                reasons[reason[:120]] += 1
+    finally:
+        await conn.close()
+    return reasons

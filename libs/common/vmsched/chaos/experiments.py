@@ -30,6 +30,7 @@ from vmsched.chaos.base import (
     percentile,
     placement_faults,
     random_vm,
+    refused_requests,
     running,
     schedule_with_retries,
     scoped_settings,
@@ -456,7 +457,13 @@ async def broker_drop(
                 def progress() -> int:
                     return sum(o.decision is not None for o in outcomes)
 
-                steps: list[tuple[float, str]] = [(0.2, "amqp_close"), (0.45, "redis_kill")]
+                # Each connection drop twice: a reconnect race need not show the first time.
+                steps: list[tuple[float, str]] = [
+                    (0.1, "amqp_close"),
+                    (0.25, "redis_kill"),
+                    (0.4, "amqp_close"),
+                    (0.55, "redis_kill"),
+                ]
                 if restart_broker:
                     steps.append((0.7, "broker_restart"))
                 for at, fault in steps:
@@ -464,13 +471,15 @@ async def broker_drop(
                         await asyncio.sleep(0.05)
                     services = [p for p in stack.procs if p.alive]
                     if fault == "amqp_close":
-                        injected[fault] = await close_broker_connections(settings, services)
+                        n = await close_broker_connections(settings, services)
                     elif fault == "redis_kill":
-                        injected[fault] = await kill_redis_clients(settings, services)
+                        n = await kill_redis_clients(settings, services)
                     else:
                         await restart_broker_app()
-                        injected[fault] = 1
-                    recoveries[fault] = await recovered_after(time.monotonic())
+                        n = 1
+                    injected[fault] = injected.get(fault, 0) + n
+                    took = await recovered_after(time.monotonic())
+                    recoveries[fault] = max(recoveries.get(fault, 0.0), took)
 
             injector = asyncio.create_task(faults())
             try:
@@ -481,6 +490,14 @@ async def broker_drop(
                 with contextlib.suppress(asyncio.CancelledError):
                     await injector
             crashed = [f"{p.name}#{p.index}" for p in stack.procs if not p.alive]
+            # What the services logged about the drops (informational: a reconnect race shows here).
+            logged = Counter[str]()
+            for p in stack.procs:
+                for path in (p.stdout, p.stderr):
+                    with contextlib.suppress(OSError):
+                        text = path.read_text(errors="replace")
+                        for marker in ("PRECONDITION_FAILED", "Traceback"):
+                            logged[marker] += text.count(marker)
         _latency_figures(res, outcomes)
         faults_ = placement_faults(outcomes + probes, all_hosts)
         res.figures["duplicate_placements"] = faults_["duplicate_placements"]
@@ -491,6 +508,14 @@ async def broker_drop(
             res.figures[f"{fault}_recovery_s"] = round(s, 3) if s != float("inf") else 999.0
         res.figures["recovery_max_s"] = max((float(res.figures[f"{f}_recovery_s"]) for f in recoveries), default=999.0)
         res.figures["services_exited"] = len(crashed)
+        res.figures["logged_precondition_failed"] = logged["PRECONDITION_FAILED"]
+        refused = await refused_requests(settings)
+        res.figures["valid_requests_dead_lettered"] = sum(refused.values())
+        if refused:
+            res.notes.append(
+                "valid requests dead-lettered: " + "; ".join(f"{r} x{n}" for r, n in refused.most_common(3))
+            )
+        res.figures["logged_tracebacks"] = logged["Traceback"]
         if crashed:
             res.notes.append("exited: " + ", ".join(crashed))
     res.check("lost", "==", 0)
@@ -498,6 +523,7 @@ async def broker_drop(
     res.check("pending_mismatches", "==", 0)
     res.check("recovery_max_s", "<=", 5.0)
     res.check("services_exited", "==", 0)
+    res.check("valid_requests_dead_lettered", "==", 0)
     res.check("amqp_close_count", ">=", 1)
     res.check("redis_kill_count", ">=", 1)
     res.elapsed_s = time.monotonic() - started
