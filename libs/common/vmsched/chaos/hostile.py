@@ -309,6 +309,7 @@ async def hostile_input(
         res.notes.append("exited: " + ", ".join(exited))
     res.check("bad_unanswered", "==", 0)
     res.check("bad_accepted", "==", 0)
+    res.check("hostile_valid_answered", ">=", len(valid))
     res.check("services_exited", "==", 0)
     res.check("consumers_lost", "==", 0)
     res.check("undrained_messages", "==", 0)
