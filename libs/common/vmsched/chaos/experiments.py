@@ -36,7 +36,7 @@ from vmsched.chaos.base import (
     scoped_settings,
 )
 from vmsched.client import SchedulerClient
-from vmsched.contracts import DecisionStatus, VmSpec
+from vmsched.contracts import DecisionStatus, VmReport, VmSpec, VmStatus
 from vmsched.procs import ServiceProcess, ServiceStack, settings_env
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
@@ -63,9 +63,15 @@ async def _drive(
     call_timeout: float,
     give_up_after: float,
     spread_s: float = 0.0,
+    start_placed: bool = False,
 ) -> None:
     """Send every request (at most `concurrency` at once), the i-th not before i/n of `spread_s`:
-    a stream that lasts long enough for the faults to land among the requests."""
+    a stream that lasts long enough for the faults to land among the requests.
+
+    `start_placed`: the engine starts every placed VM (reports it running on its host, as the demo
+    does), so its memory stays committed in the state tracker after its pending record would
+    have expired, and a cluster filled up stays full however long the experiment runs.
+    """
     gate = asyncio.Semaphore(concurrency)
     t0 = time.monotonic()
     step = spread_s / max(1, len(outcomes))
@@ -74,6 +80,19 @@ async def _drive(
         await asyncio.sleep(max(0.0, t0 + i * step - time.monotonic()))
         async with gate:
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
+        if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+            for p in o.decision.placements:
+                await client.report_vm(
+                    VmReport(
+                        cluster_id=o.cluster_id,
+                        vm_id=p.vm_id,
+                        status=VmStatus.RUNNING,
+                        host_id=p.host_id,
+                        mem_mb=o.vm.mem_mb,
+                        overhead_mb=o.vm.overhead_mb,
+                        vcpus=o.vm.vcpus,
+                    )
+                )
 
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
@@ -250,6 +269,7 @@ async def selector_kill(
                     call_timeout=5.0,
                     give_up_after=settings.lock_acquire_timeout_s + settings.lock_hold_timeout_s + 15.0,
                     spread_s=spread_s,
+                    start_placed=True,
                 )
             finally:
                 stop.set()
