@@ -285,6 +285,12 @@ async def selector_kill(
         res.figures["duplicate_placements"] = faults["duplicate_placements"]
         res.figures["kills"] = kills
         res.figures["kills_holding_a_lock"] = holding
+        # Informational (no threshold: the client retries them): what the selectors refused themselves.
+        refused = await refused_requests(settings)
+        res.figures["requests_dead_lettered"] = sum(refused.values())
+        if refused:
+            top = "; ".join(f"{r} x{n}" for r, n in refused.most_common(2))
+            res.notes.append(f"dead-lettered by the services: {top}")
         res.notes.append(
             f"lock acquire/hold timeouts {settings.lock_acquire_timeout_s:g}/{settings.lock_hold_timeout_s:g} s "
             "(Settings defaults)"
