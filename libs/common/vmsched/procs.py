@@ -187,7 +187,7 @@ class ServiceStack:
     # ------------------------------------------------------------------ broker observations
     async def consumers(self, service: str) -> int:
         """Consumers on the service's RPC queue (0 if the queue does not exist yet)."""
-        if self._conn is None:
+        if self._conn is None or self._conn.is_closed:  # closed too after a broker restart
             import aio_pika
 
             self._conn = await aio_pika.connect(self.settings.amqp_url)
