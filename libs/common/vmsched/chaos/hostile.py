@@ -36,6 +36,8 @@ from vmsched.settings import Settings
 
 #: The length of the poison property value: longer than an ErrorReply's message may be.
 POISON_LEN = 9_000
+#: Clauses of the large JsonFilter query sent to the filter queue (about 0.5 MB of JSON).
+BIG_QUERY_CLAUSES = 20_000
 
 
 @dataclass(frozen=True)
@@ -117,8 +119,8 @@ def generate(rng: random.Random, cluster: str, hosts: list[str], max_bytes: int)
         ("unknown_unit", 5),
         ("bad_event", 20),
         ("oversized", 0.1),
-        ("valid_big_query", 2),
-        ("valid_long_extra_specs", 2),
+        ("valid_big_query", 1),
+        ("valid_long_extra_specs", 1),
     ]
     names = [k for k, _ in kinds]
     weights = [w for _, w in kinds]
@@ -172,9 +174,18 @@ def generate(rng: random.Random, cluster: str, hosts: list[str], max_bytes: int)
             body = b'{"pad": "' + b"a" * (max_bytes + 1) + b'"}'
             yield Raw(kind, "rpc", route, body, bad=True)
         elif kind == "valid_big_query":
-            clauses: list[Any] = [[">=", "$free_ram_mb", 1] for _ in range(2000)]
-            vm = {**_valid_vm(f"q-{uuid.uuid4().hex[:8]}"), "query": ["and", *clauses]}
-            yield Raw(kind, "rpc", c.RPC_SCHEDULE, _j(_schedule_request(cluster, vm)), bad=False)
+            # Within every declared bound (depth, message size), but large: each clause is
+            # evaluated for every host. To the schedule queue (the cluster's policy may not run
+            # JsonFilter) and, larger, straight to the filter queue with JsonFilter asked for.
+            if rng.random() < 0.5:
+                clauses: list[Any] = [[">=", "$free_ram_mb", 1] for _ in range(2000)]
+                vm = {**_valid_vm(f"q-{uuid.uuid4().hex[:8]}"), "query": ["and", *clauses]}
+                yield Raw(kind, "rpc", c.RPC_SCHEDULE, _j(_schedule_request(cluster, vm)), bad=False)
+            else:
+                clauses = [[">=", "$free_ram_mb", 1] for _ in range(BIG_QUERY_CLAUSES)]
+                vm = {**_valid_vm("hostile-vm"), "query": ["and", *clauses]}
+                req = _filter_request(cluster, hosts, vm=vm, filters=[{"unit": "JsonFilter"}])
+                yield Raw(kind, "rpc", c.RPC_FILTER, _j(req), bad=False)
         else:  # valid_long_extra_specs
             specs = {f"custom:key{i}": "v" * 1000 for i in range(256)}
             vm = {**_valid_vm(f"s-{uuid.uuid4().hex[:8]}"), "extra_specs": specs}
