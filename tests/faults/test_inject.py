@@ -12,8 +12,15 @@ from urllib.parse import urlsplit
 import aio_pika
 import pytest
 
-from vmsched.chaos.inject import close_broker_connections, kill_redis_clients, redis_port
-from vmsched.procs import ServiceProcess, local_ports
+from vmsched.chaos.inject import (
+    amqp_port,
+    broker_connections,
+    close_broker_connections,
+    kill_redis_clients,
+    redis_port,
+    run_tool,
+)
+from vmsched.procs import ServiceProcess, ServiceStack, local_ports
 from vmsched.settings import Settings
 from vmsched.store.redis import connect
 
@@ -71,3 +78,24 @@ async def test_only_the_experiment_childrens_connections_are_dropped(settings: S
         child.wait()
         await ours.close()
         await redis.aclose()
+
+
+async def test_the_stack_keeps_observing_after_the_broker_closed_its_connection(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """After a broker restart (or a dropped connection) the stack still counts consumers and stops
+    its services: its observer connection is this process's own, closed here on the broker."""
+    stack = ServiceStack(settings.model_copy(update={"amqp_prefix": f"{settings.amqp_prefix}obs."}), tmp_path)
+    try:
+        assert await stack.consumers("filter-worker") == 0  # opens the observer connection
+        before = set(local_ports(os.getpid(), amqp_port(settings)))
+        closed = 0
+        for conn in await broker_connections():
+            if conn.peer_port in before:  # this process's connections only
+                await run_tool("rabbitmqctl", "-q", "close_connection", conn.pid, "test: observer dropped")
+                closed += 1
+        assert closed >= 1
+        await asyncio.sleep(0.5)
+        assert await stack.consumers("filter-worker") == 0
+    finally:
+        await stack.close()

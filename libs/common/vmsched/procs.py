@@ -187,11 +187,22 @@ class ServiceStack:
     # ------------------------------------------------------------------ broker observations
     async def consumers(self, service: str) -> int:
         """Consumers on the service's RPC queue (0 if the queue does not exist yet)."""
-        if self._conn is None or self._conn.is_closed:  # closed too after a broker restart
-            import aio_pika
+        import aio_pika
 
-            self._conn = await aio_pika.connect(self.settings.amqp_url)
-        return await consumer_count(self._conn, self.settings, service)
+        for attempt in (1, 2):
+            if self._conn is None or self._conn.is_closed:
+                self._conn = await aio_pika.connect(self.settings.amqp_url)
+            try:
+                return await consumer_count(self._conn, self.settings, service)
+            except (RuntimeError, ConnectionError, aio_pika.exceptions.AMQPError):
+                # The broker closed this observer connection (a broker restart, a fault experiment):
+                # it can look open and still refuse channels. Once more, on a new one.
+                with contextlib.suppress(Exception):
+                    await self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     async def unacknowledged(self, service: str) -> int | None:
         """Messages delivered from the service's queue but not yet acked, via rabbitmqctl; None if unavailable."""

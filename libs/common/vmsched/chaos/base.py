@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import sys
 import time
 import uuid
 from collections import Counter
@@ -157,6 +158,10 @@ async def running(settings: Settings, log_dir: Path) -> AsyncIterator[ServiceSta
     finally:
         try:
             await stack.close()
+        except Exception as exc:
+            # The figures are measured by now: a teardown failure must not lose them (it is
+            # reported; stop_all already SIGKILLed what did not stop).
+            print(f"vmsched chaos: stopping the services failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         finally:
             await cleanup(settings)
 
