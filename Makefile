@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup servers migrate demo test lint bench contracts up clean
+.PHONY: setup servers migrate demo test lint bench faults contracts up clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: setup lint
 
 bench: setup
 	$(BIN)/vmsched bench
+
+# The fault suite at full size (minutes; restarts the broker app once: run it on a machine of your own).
+faults: setup
+	$(BIN)/vmsched chaos --long
 
 contracts: $(STAMP)
 	$(BIN)/vmsched contracts

@@ -12,6 +12,8 @@ vmsched contracts [--check]        (re)generate contracts/ from the message mode
 vmsched units list                 the policy-unit catalogue
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
+vmsched chaos [EXPERIMENT ...] [--long] [--json]
+                                   the fault suite against the configured servers
 """
 
 from __future__ import annotations
@@ -215,6 +217,46 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args, _settings())
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from vmsched.chaos import EXPERIMENTS
+    from vmsched.chaos.render import render_table
+    from vmsched.db import migrate
+
+    unknown = [n for n in args.experiments if n not in EXPERIMENTS]
+    if unknown:
+        print(f"vmsched: unknown experiment(s) {unknown}; known: {', '.join(EXPERIMENTS)}", file=sys.stderr)
+        return 2
+    names = args.experiments or list(EXPERIMENTS)
+    settings = _settings()
+    log_root = Path(tempfile.mkdtemp(prefix="vmsched-chaos-"))
+
+    async def go() -> list[dict[str, object]]:
+        await migrate(settings.postgres_url)  # the selector reads policies; idempotent
+        results = []
+        for name in names:
+            if not args.json:
+                print(f"running {name} ({'long' if args.long else 'short'}) ...", file=sys.stderr, flush=True)
+            try:
+                result = await EXPERIMENTS[name].run(settings, log_root / name, long=args.long)
+            except Exception as exc:  # an experiment that could not run is a result too, not a crash
+                results.append({"experiment": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"})
+                continue
+            if not args.json:
+                print(result.summary(), file=sys.stderr, flush=True)
+            results.append(result.as_dict())
+        return results
+
+    results = asyncio.run(go())
+    if args.json:
+        print(json.dumps({"logs": str(log_root), "results": results}, indent=2))
+    else:
+        print(render_table(results))
+        print(f"service logs under {log_root}")
+    return 0 if all(r["passed"] for r in results) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vmsched", description="VM scheduler services and tools.")
     p.add_argument("--version", action="version", version=f"vmsched {_version()}")
@@ -285,6 +327,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json-out", default="bench-results/bench.json")
     s.add_argument("--seed", type=int, default=11)
     s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("chaos", help="run the fault suite against the configured servers (own prefixes)")
+    s.add_argument(
+        "experiments", nargs="*", help="worker_kill | selector_kill | stale_holder | broker_drop | hostile_input"
+    )
+    s.add_argument(
+        "--long",
+        action="store_true",
+        help="the full sizes (minutes); broker_drop then also restarts the broker app, which every client notices",
+    )
+    s.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    s.set_defaults(fn=cmd_chaos)
     return p
 
 

@@ -1,7 +1,9 @@
 """Start vmsched services as child processes and wait until they consume (bench, tests, tools).
 
 Readiness is observed from the broker, not guessed from sleeps: a service is ready when its RPC
-queue has one more consumer than before it started.
+queue has one more consumer than before it started. `Supervisor` starts and stops a set of
+services; `ServiceStack` (the end-to-end tests and the fault suite, vmsched.chaos) can also freeze,
+kill and restart one, and tell what a process holds (its sockets, its memory).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from vmsched import constants as c
 from vmsched.settings import Settings
@@ -113,3 +115,272 @@ class Supervisor:
                 proc.kill()
                 proc.wait()
         self.procs.clear()
+
+
+#: How long a service may take from exec to consuming (imports dominate on a small machine).
+START_TIMEOUT_S = 30.0
+#: How long a SIGTERM-ed service gets to exit before it is SIGKILL-ed.
+STOP_GRACE_S = 5.0
+TAIL_BYTES = 4000
+
+
+async def _exited(popen: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Whether the process exits within `timeout` (waited for in a thread, off the event loop)."""
+    try:
+        await asyncio.to_thread(popen.wait, timeout)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+@dataclass
+class ServiceProcess:
+    name: str
+    index: int
+    popen: subprocess.Popen[bytes]
+    stdout: Path
+    stderr: Path
+    frozen: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, nbytes: int = TAIL_BYTES) -> str:
+        parts = []
+        for path in (self.stdout, self.stderr):
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            text = data[-nbytes:].decode(errors="replace").rstrip()
+            if text:
+                parts.append(f"--- {path.name} (last {min(nbytes, len(data))} bytes) ---\n{text}")
+        state = "running" if self.alive else f"exited with {self.popen.returncode}"
+        body = "\n".join(parts) if parts else "(no output)"
+        return f"=== {self.name}#{self.index} pid {self.pid}: {state}\n{body}"
+
+
+@dataclass
+class ServiceStack:
+    settings: Settings
+    log_dir: Path
+    procs: list[ServiceProcess] = field(default_factory=list)
+    _conn: Any = None
+
+    # ------------------------------------------------------------------ environment
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment of a service (or CLI) process: os.environ plus VMSCHED_* for this run."""
+        return {**settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
+
+    def queue_name(self, service: str) -> str:
+        return rpc_queue(self.settings, service)
+
+    def live(self, service: str) -> list[ServiceProcess]:
+        return [p for p in self.procs if p.name == service and p.alive]
+
+    # ------------------------------------------------------------------ broker observations
+    async def consumers(self, service: str) -> int:
+        """Consumers on the service's RPC queue (0 if the queue does not exist yet)."""
+        import aio_pika
+
+        for attempt in (1, 2):
+            if self._conn is None or self._conn.is_closed:
+                self._conn = await aio_pika.connect(self.settings.amqp_url)
+            try:
+                return await consumer_count(self._conn, self.settings, service)
+            except (RuntimeError, ConnectionError, aio_pika.exceptions.AMQPError):
+                # The broker closed this observer connection (a broker restart, a fault experiment):
+                # it can look open and still refuse channels. Once more, on a new one.
+                with contextlib.suppress(Exception):
+                    await self._conn.close()
+                self._conn = None
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def unacknowledged(self, service: str) -> int | None:
+        """Messages delivered from the service's queue but not yet acked, via rabbitmqctl; None if unavailable."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "rabbitmqctl",
+                "-q",
+                "list_queues",
+                "name",
+                "messages_unacknowledged",
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )
+        except OSError:
+            return None
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), 5)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            return None
+        if proc.returncode != 0:
+            return None
+        wanted = self.queue_name(service)
+        for line in out.decode(errors="replace").splitlines():
+            cols = line.split()
+            if len(cols) == 2 and cols[0] == wanted and cols[1].isdigit():
+                return int(cols[1])
+        return None
+
+    async def _wait_consumers(self, service: str, ok: Any, what: str, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while not ok(await self.consumers(service)):
+            for p in self.procs:
+                if (
+                    p.name == service
+                    and not p.alive
+                    and p.popen.returncode not in (0, -signal.SIGKILL, -signal.SIGTERM)
+                ):
+                    raise RuntimeError(f"{service} exited with {p.popen.returncode}\n{p.tail()}")
+            if time.monotonic() > end:
+                raise TimeoutError(f"{service}: {what} within {timeout:g} s\n{self.tails()}")
+            await asyncio.sleep(0.05)
+
+    # ------------------------------------------------------------------ lifecycle
+    def spawn(self, service: str) -> ServiceProcess:
+        """Start one service process without waiting for it."""
+        from vmsched_services import SERVICES
+
+        if service not in SERVICES:
+            raise ValueError(f"unknown service {service!r}")
+        index = sum(1 for p in self.procs if p.name == service)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        out = self.log_dir / f"{service}-{index}.stdout"
+        err = self.log_dir / f"{service}-{index}.stderr"
+        with out.open("wb") as fo, err.open("wb") as fe:
+            # Popen only forks and execs; it does not wait for the child.
+            popen = subprocess.Popen(
+                service_command(service),
+                env=self.env,
+                stdout=fo,
+                stderr=fe,
+                stdin=subprocess.DEVNULL,
+            )
+        proc = ServiceProcess(service, index, popen, out, err)
+        self.procs.append(proc)
+        return proc
+
+    async def start(self, *services: str, timeout: float = START_TIMEOUT_S) -> list[ServiceProcess]:
+        """Start services (all at once) and wait until every live one consumes its RPC queue."""
+        started = [self.spawn(s) for s in services]
+        # Services without an RPC queue (balancer) show no consumer to wait for: they start async.
+        for service in (s for s in dict.fromkeys(services) if s in READY_ROUTE):
+            expected = len(self.live(service))
+            await self._wait_consumers(
+                service, lambda n, e=expected: n >= e, f"fewer than {expected} consumer(s)", timeout
+            )
+        return started
+
+    def freeze(self, proc: ServiceProcess) -> None:
+        """SIGSTOP: the process keeps its connection (and its prefetched messages) but does nothing."""
+        os.kill(proc.pid, signal.SIGSTOP)
+        proc.frozen = True
+
+    def thaw(self, proc: ServiceProcess) -> None:
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.frozen = False
+
+    async def kill(self, proc: ServiceProcess, sig: int = signal.SIGKILL, *, timeout: float = STOP_GRACE_S) -> int:
+        """Send `sig`, wait for the exit (SIGKILL after `timeout`), and until the broker dropped its consumer."""
+        if proc.alive:
+            with contextlib.suppress(ProcessLookupError):
+                proc.popen.send_signal(sig)
+                if proc.frozen and sig != signal.SIGKILL:
+                    self.thaw(proc)  # a stopped process cannot handle SIGTERM
+        if not await _exited(proc.popen, timeout):
+            proc.popen.kill()
+        code = await asyncio.to_thread(proc.popen.wait)
+        if proc.name in READY_ROUTE:
+            remaining = len(self.live(proc.name))
+            await self._wait_consumers(
+                proc.name,
+                lambda n: n <= remaining,
+                f"the broker still counts more than {remaining} consumer(s)",
+                timeout,
+            )
+        return code
+
+    async def stop_all(self) -> None:
+        for p in self.procs:
+            if p.alive:
+                with contextlib.suppress(ProcessLookupError):
+                    p.popen.send_signal(signal.SIGTERM)
+                    if p.frozen:
+                        self.thaw(p)
+        end = time.monotonic() + STOP_GRACE_S
+        for p in self.procs:
+            if not await _exited(p.popen, max(0.0, end - time.monotonic())):
+                p.popen.kill()
+            await asyncio.to_thread(p.popen.wait)
+        # The next test's readiness check counts consumers: let the broker drop these first.
+        for service in {p.name for p in self.procs} & set(READY_ROUTE):
+            with contextlib.suppress(TimeoutError):
+                await self._wait_consumers(service, lambda n: n == 0, "consumers left", STOP_GRACE_S)
+
+    async def close(self) -> None:
+        try:
+            await self.stop_all()
+        finally:
+            if self._conn is not None:
+                await self._conn.close()
+                self._conn = None
+
+    def tails(self) -> str:
+        return "\n\n".join(p.tail() for p in self.procs) or "(no service processes)"
+
+
+# ---------------------------------------------------------------------- what a process holds (Linux /proc)
+def local_ports(pid: int, remote_port: int) -> set[int]:
+    """Local TCP ports of `pid`'s connections to `remote_port` (its AMQP or Redis connections).
+
+    Read from /proc: the process's socket inodes (/proc/PID/fd) matched against the TCP tables of
+    its network namespace (/proc/PID/net/tcp and tcp6). The broker and Redis see these ports as
+    the client's peer port, which is how the fault suite finds its own processes' connections among
+    everybody else's. Empty when the process is gone.
+    """
+    inodes: set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    except OSError:
+        return set()
+    ports: set[int] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            cols = line.split()
+            # sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            if len(cols) < 10 or cols[9] not in inodes:
+                continue
+            local, remote = cols[1], cols[2]
+            if int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                ports.add(int(local.rsplit(":", 1)[1], 16))
+    return ports
+
+
+def rss_mb(pid: int) -> float | None:
+    """The process's resident set size (VmRSS) in MB; None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None

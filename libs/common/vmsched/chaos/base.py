@@ -1,0 +1,372 @@
+"""What every fault experiment shares: its result, its isolated scope on the servers, its clusters.
+
+An experiment runs real service processes (vmsched.procs.ServiceStack) against the real RabbitMQ,
+Redis and PostgreSQL, under AMQP and Redis prefixes of its own: it never sees, and never disturbs,
+another cluster's or another test run's queues, keys and connections. It ends with a `Result`: the
+figures it measured, and one `Check` per threshold (the figure, the bound, whether it held).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vmsched import constants as c
+from vmsched.client import SchedulerClient
+from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, ScheduleDecision, VmSpec
+from vmsched.procs import ServiceStack
+from vmsched.settings import Settings
+
+Figure = int | float | str
+
+
+@dataclass(frozen=True)
+class Check:
+    """One threshold: `figure` (a name in Result.figures) compared with `bound`."""
+
+    figure: str
+    op: str  # "<=", ">=", "=="
+    bound: float
+    value: float
+
+    @property
+    def passed(self) -> bool:
+        if self.op == "<=":
+            return self.value <= self.bound
+        if self.op == ">=":
+            return self.value >= self.bound
+        return self.value == self.bound
+
+    def __str__(self) -> str:
+        mark = "ok" if self.passed else "FAILED"
+        return f"{self.figure} = {_fmt(self.value)} (want {self.op} {_fmt(self.bound)}): {mark}"
+
+
+@dataclass
+class Result:
+    """What one experiment measured, and whether every threshold held."""
+
+    experiment: str
+    size: dict[str, Figure]
+    figures: dict[str, Figure] = field(default_factory=dict)
+    checks: list[Check] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(ch.passed for ch in self.checks)
+
+    def check(self, figure: str, op: str, bound: float) -> None:
+        """Record the threshold `figures[figure] op bound` (the figure must be numeric)."""
+        value = self.figures[figure]
+        assert not isinstance(value, str), f"figure {figure} is not a number"
+        self.checks.append(Check(figure, op, bound, float(value)))
+
+    def failures(self) -> list[str]:
+        return [str(ch) for ch in self.checks if not ch.passed]
+
+    def summary(self) -> str:
+        """Several lines: verdict, size, every figure, every threshold, notes."""
+        lines = [f"{self.experiment}: {'PASSED' if self.passed else 'FAILED'} in {self.elapsed_s:.1f} s"]
+        lines.append("  size     " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.size.items()))
+        lines.append("  figures  " + ", ".join(f"{k}={_fmt(v)}" for k, v in self.figures.items()))
+        lines += [f"  check    {ch}" for ch in self.checks]
+        lines += [f"  note     {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "experiment": self.experiment,
+            "passed": self.passed,
+            "elapsed_s": round(self.elapsed_s, 2),
+            "size": self.size,
+            "figures": self.figures,
+            "checks": [
+                {"figure": ch.figure, "op": ch.op, "bound": ch.bound, "value": ch.value, "passed": ch.passed}
+                for ch in self.checks
+            ],
+            "notes": self.notes,
+        }
+
+
+def _fmt(v: Figure) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+# ---------------------------------------------------------------------- isolation
+def scoped_settings(base: Settings, experiment: str, **overrides: Any) -> Settings:
+    """`base` with AMQP and Redis prefixes no one else uses (the experiment's own), plus overrides."""
+    tag = f"{experiment}-{uuid.uuid4().hex[:6]}"
+    return base.model_copy(
+        update={
+            "amqp_prefix": f"{base.amqp_prefix}chaos-{tag}.",
+            "redis_prefix": f"{base.redis_prefix}-chaos-{tag}",
+            "log_level": "WARNING",
+            **overrides,
+        }
+    )
+
+
+async def cleanup(settings: Settings) -> None:
+    """Delete the experiment's queues, exchanges and Redis keys (only those under its prefixes)."""
+    import aio_pika
+
+    from vmsched.store.redis import connect
+
+    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    with contextlib.suppress(Exception):
+        conn = await aio_pika.connect(settings.amqp_url)
+        try:
+            for name in queues:
+                ch = await conn.channel()  # a failed delete closes the channel: one per object
+                with contextlib.suppress(Exception):
+                    await ch.queue_delete(settings.amqp_prefix + name)
+            for name in exchanges:
+                ch = await conn.channel()
+                with contextlib.suppress(Exception):
+                    await ch.exchange_delete(settings.amqp_prefix + name)
+        finally:
+            await conn.close()
+    redis = connect(settings)
+    try:
+        with contextlib.suppress(Exception):
+            async for key in redis.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
+                await redis.delete(key)
+    finally:
+        await redis.aclose()
+
+
+@contextlib.asynccontextmanager
+async def running(settings: Settings, log_dir: Path) -> AsyncIterator[ServiceStack]:
+    """A ServiceStack under the experiment's settings; everything stopped and deleted on exit."""
+    stack = ServiceStack(settings, log_dir)
+    try:
+        yield stack
+    finally:
+        try:
+            await stack.close()
+        except Exception as exc:
+            # The figures are measured by now: a teardown failure must not lose them (it is
+            # reported; stop_all already SIGKILLed what did not stop).
+            print(f"vmsched chaos: stopping the services failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        finally:
+            await cleanup(settings)
+
+
+# ---------------------------------------------------------------------- clusters and requests
+@dataclass
+class Host:
+    cluster_id: str
+    host_id: str
+    mem_mb: int
+    reserved_mb: int = 256
+    overcommit_pct: int = 100
+
+    @property
+    def capacity_mb(self) -> float:
+        """What the Memory filter may commit on the host (as the demo counts over-commitment)."""
+        return self.mem_mb * self.overcommit_pct / 100 - self.reserved_mb
+
+
+async def make_clusters(client: SchedulerClient, prefix: str, clusters: int, hosts: int, mem_mb: int) -> list[Host]:
+    """Report `clusters` clusters of `hosts` Up hosts each and wait until the state tracker has them."""
+    out: list[Host] = []
+    for ci in range(clusters):
+        cid = f"{prefix}-c{ci}"
+        await client.report_cluster(ClusterReport(cluster_id=cid))
+        for hi in range(hosts):
+            h = Host(cid, f"{cid}-h{hi}", mem_mb)
+            out.append(h)
+            await client.report_host(
+                HostReport(
+                    cluster_id=cid,
+                    host_id=h.host_id,
+                    status=HostStatus.UP,
+                    cpu_cores=32,
+                    cpu_usage_pct=5.0,
+                    physical_mem_mb=h.mem_mb,
+                    mem_free_mb=h.mem_mb,
+                    reserved_mem_mb=h.reserved_mb,
+                    networks=["vmnet"],
+                )
+            )
+    for ci in range(clusters):
+        await client.wait_for_state(f"{prefix}-c{ci}", hosts=hosts, timeout=30)
+    return out
+
+
+def random_vm(rng: random.Random, vm_id: str, sizes: tuple[int, ...] = (512, 1024, 2048)) -> VmSpec:
+    return VmSpec(vm_id=vm_id, mem_mb=rng.choice(sizes), vcpus=rng.choice((1, 2)), networks=["vmnet"])
+
+
+#: Decision errors worth sending the same request again (a lock held by a dead selector).
+RETRYABLE_CODES = frozenset({"lock_timeout", "rpc_timeout", "no_consumer", "fenced_out"})
+
+
+@dataclass
+class Outcome:
+    """One request as the engine lived it: its final decision (None: never answered), attempts, latency."""
+
+    cluster_id: str
+    vm: VmSpec
+    request_id: uuid.UUID
+    decision: ScheduleDecision | None = None
+    attempts: int = 0
+    latency_s: float = 0.0
+    errors: list[str] = field(default_factory=list)
+    #: Every decision received for this request id (retries included): they must all agree.
+    replies: list[ScheduleDecision] = field(default_factory=list)
+
+    @property
+    def answered(self) -> bool:
+        return self.decision is not None and self.decision.status is not DecisionStatus.ERROR
+
+
+async def schedule_with_retries(
+    client: SchedulerClient, outcome: Outcome, *, call_timeout: float, give_up_after: float
+) -> Outcome:
+    """Send the request; on a timeout, a lost connection or a transient error decision, send it
+    again under the same request id (the selector's decision store makes that idempotent), until
+    `give_up_after` seconds have passed since the first send."""
+    started = time.monotonic()
+    end = started + give_up_after
+    while time.monotonic() < end:
+        outcome.attempts += 1
+        try:
+            d = await client.schedule(
+                outcome.cluster_id,
+                outcome.vm,
+                request_id=outcome.request_id,
+                explain_scores=False,
+                timeout=max(0.5, min(call_timeout, end - time.monotonic())),
+            )
+        except Exception as exc:  # a timeout, a lost connection, a broker restarting: the engine retries
+            outcome.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            await asyncio.sleep(0.1)
+            continue
+        outcome.replies.append(d)
+        if d.status is DecisionStatus.ERROR and d.error is not None and d.error.code in RETRYABLE_CODES:
+            outcome.errors.append(f"decision error {d.error.code}")
+            continue
+        outcome.decision = d
+        break
+    outcome.latency_s = time.monotonic() - started
+    return outcome
+
+
+def placement_faults(outcomes: list[Outcome], hosts: list[Host]) -> dict[str, int]:
+    """Duplicates and over-commitment, counted from the decisions the engine received.
+
+    * duplicate_placements: requests answered with different hosts on different replies (a VM
+      placed twice), plus VMs that got placements under two request ids.
+    * over_committed_hosts: hosts whose placed memory (VM + overhead, every placed VM once)
+      exceeds what the host may commit.
+    """
+    duplicates = 0
+    placed_on: dict[str, str] = {}
+    committed: dict[str, int] = {}
+    for o in outcomes:
+        hosts_seen = {r.host_id for r in o.replies if r.status is DecisionStatus.PLACED}
+        if len(hosts_seen) > 1:
+            duplicates += 1
+        d = o.decision
+        if d is None or d.status is not DecisionStatus.PLACED:
+            continue
+        for p in d.placements or []:
+            if p.vm_id in placed_on:
+                duplicates += 1
+                continue
+            placed_on[p.vm_id] = p.host_id
+            committed[p.host_id] = committed.get(p.host_id, 0) + o.vm.mem_mb + o.vm.overhead_mb
+    by_id = {h.host_id: h for h in hosts}
+    over = sum(1 for hid, mb in committed.items() if mb > by_id[hid].capacity_mb)
+    return {"duplicate_placements": duplicates, "over_committed_hosts": over, "placed": len(placed_on)}
+
+
+async def pending_duplicates(settings: Settings, outcomes: list[Outcome]) -> int:
+    """Pending records that disagree with the decisions: a record for a VM on a host its decision
+    did not name, or a record under a request id that is not the VM's (recorded twice)."""
+    from vmsched.store import PendingStore
+    from vmsched.store.redis import connect
+
+    redis = connect(settings)
+    try:
+        store = PendingStore(redis, settings)
+        expected: dict[str, tuple[str, uuid.UUID]] = {}
+        clusters = {o.cluster_id for o in outcomes}
+        for o in outcomes:
+            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+                for p in o.decision.placements:
+                    expected[p.vm_id] = (p.host_id, o.request_id)
+        bad = 0
+        for cid in clusters:
+            for e in await store.read(cid):
+                want = expected.get(e.vm_id)
+                if want is None or want != (e.host_id, e.request_id):
+                    bad += 1
+        return bad
+    finally:
+        await redis.aclose()
+
+
+def percentile(values: list[float], p: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+async def every(
+    interval: tuple[float, float], rng: random.Random, stop: asyncio.Event, fn: Callable[[], Awaitable[None]]
+) -> int:
+    """Call `fn` every uniform(*interval) seconds until `stop` is set; returns how often it ran."""
+    n = 0
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), rng.uniform(*interval))
+        if stop.is_set():
+            break
+        await fn()
+        n += 1
+    return n
+
+
+async def refused_requests(settings: Settings, limit: int = 100_000) -> Counter[str]:
+    """What the services dead-lettered themselves (header x-vmsched-reason), by reason, from the
+    experiment's own dead-letter queue (consumed). Requests that merely expired in a queue while
+    their caller had given up (the broker's own dead-lettering, or "deadline passed") are left out:
+    the caller retried those."""
+    import aio_pika
+
+    reasons: Counter[str] = Counter()
+    conn = await aio_pika.connect(settings.amqp_url)
+    try:
+        ch = await conn.channel()
+        try:
+            q = await ch.declare_queue(settings.amqp_prefix + c.DEAD_LETTER_QUEUE, passive=True)
+        except Exception:
+            return reasons  # no dead-letter queue: nothing was refused
+        for _ in range(limit):
+            msg = await q.get(no_ack=True, fail=False, timeout=5)
+            if msg is None:
+                break
+            reason = str(msg.headers.get(c.HEADER_DLX_REASON, ""))
+            if reason and not reason.startswith("deadline passed"):
+                reasons[reason[:120]] += 1
+    finally:
+        await conn.close()
+    return reasons
