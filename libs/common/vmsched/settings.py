@@ -18,9 +18,10 @@ class Settings(BaseSettings):
     #: Prefix of every Redis key.
     redis_prefix: str = "vmsched"
 
-    #: How long a schedule request waits to take its cluster's lock (seed 000: "acquire" timeout).
+    #: How long a schedule request waits to take its cluster's lock (oVirt's "acquire" timeout).
     lock_acquire_timeout_s: float = Field(10.0, gt=0)
-    #: How long one holder may keep the lock before it expires (seed 000: "hold" timeout).
+    #: The most one live holder may keep the lock: its watchdog stops renewing the lease then
+    #: (oVirt's "hold" timeout), so even a holder stuck in a loop lets its cluster go.
     lock_hold_timeout_s: float = Field(15.0, gt=0)
     #: The Redis lock's time-to-live, renewed by its live holder until the hold timeout: a holder
     #: that dies or freezes frees its cluster within about this long.
