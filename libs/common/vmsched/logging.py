@@ -32,8 +32,58 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
     )
     if service:
         structlog.contextvars.bind_contextvars(service=service)
-    # aio-pika and aiormq log through the standard library; keep their noise at WARNING.
-    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)
+    # aio-pika, aiormq and redis log through the standard library: keep them at WARNING, in the same
+    # line format as ours, and without tracebacks for a dropped connection (an expected event that
+    # the bus reports and heals; a traceback in an operator's log reads like a crash).
+    handler = _StderrHandler()
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                renderer,
+            ],
+            foreign_pre_chain=[
+                structlog.stdlib.add_logger_name,
+                structlog.processors.add_log_level,
+                structlog.processors.TimeStamper(fmt="iso", utc=True),
+            ],
+        )
+    )
+    handler.addFilter(_one_line_client_errors)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(max(numeric, logging.WARNING))
+
+
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever sys.stderr is when a record is emitted, not when logging was configured
+    (a stream replaced since, e.g. by a test's capture, may be closed by then)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> object:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: object) -> None:
+        pass
+
+
+#: Loggers of the client libraries whose connection-loss tracebacks are folded into one line.
+_CLIENT_LIBRARIES = ("aiormq", "aio_pika", "redis", "asyncpg")
+
+
+def _one_line_client_errors(record: logging.LogRecord) -> bool:
+    if record.exc_info and record.name.startswith(_CLIENT_LIBRARIES):
+        exc = record.exc_info[1]
+        record.msg = f"{record.getMessage()}: {type(exc).__name__}: {exc}"
+        record.args = None
+        record.exc_info = None
+        record.exc_text = None
+    return True
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
