@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -380,6 +381,14 @@ def _explain_failure(exc: BaseException) -> tuple[str, int] | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command not in ("run", "up"):  # services configure their own logs (level, format)
+        from vmsched.logging import configure
+
+        # A tool's output is for a human: warnings on one line each. The AMQP client's own
+        # connection messages are left out: the bus turns them into one BusUnavailable sentence.
+        configure("WARNING", "console")
+        for noisy in ("aiormq", "aio_pika"):
+            logging.getLogger(noisy).setLevel(logging.CRITICAL)
     try:
         return int(args.fn(args))
     except KeyboardInterrupt:
