@@ -14,6 +14,7 @@ from vmsched.logging import configure
 @pytest.fixture
 def json_logs() -> Iterator[None]:
     configure("INFO", "json", service="test")
+    logging.getLogger("aiormq").setLevel(logging.NOTSET)  # the CLI silences it for its own output
     yield
     configure("WARNING", "console")  # what the rest of the suite runs with
 

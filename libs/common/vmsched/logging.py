@@ -27,7 +27,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
     if service:
@@ -35,7 +35,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
     # aio-pika, aiormq and redis log through the standard library: keep them at WARNING, in the same
     # line format as ours, and without tracebacks for a dropped connection (an expected event that
     # the bus reports and heals; a traceback in an operator's log reads like a crash).
-    handler = _StderrHandler()
+    handler = logging.StreamHandler(_STDERR)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             processors=[
@@ -56,20 +56,18 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
     root.setLevel(max(numeric, logging.WARNING))
 
 
-class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
-    """Writes to whatever sys.stderr is when a record is emitted, not when logging was configured
-    (a stream replaced since, e.g. by a test's capture, may be closed by then)."""
+class _CurrentStderr:
+    """A stream that writes to whatever sys.stderr is at the time of writing, not at the time logging
+    was configured: a stream replaced since (a test's capture, a closed pipe) may be closed by then."""
 
-    def __init__(self) -> None:
-        super().__init__(sys.stderr)
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
 
-    @property
-    def stream(self) -> object:
-        return sys.stderr
+    def flush(self) -> None:
+        sys.stderr.flush()
 
-    @stream.setter
-    def stream(self, _: object) -> None:
-        pass
+
+_STDERR = _CurrentStderr()
 
 
 #: Loggers of the client libraries whose connection-loss tracebacks are folded into one line.
