@@ -250,6 +250,11 @@ async def test_state_stored_by_an_older_version_still_loads(
     await redis_client.set(keys.state_cluster(cluster), json.dumps({**settings_blob, "memory_overcommit_pct": "x"}))
     with pytest.raises(ValueError, match="memory_overcommit_pct"):
         await StateCache(redis_client, settings).snapshot(cluster)
+    # ... but it does not keep a restarting state tracker from loading the other clusters.
+    other = f"{cluster}-other"
+    await restarted.apply_cluster(ClusterReport(cluster_id=other))
+    again = StateWriter(redis_client, settings)
+    assert await again.load([cluster, other]) == [other]
 
 
 async def test_unknown_cluster(cache: StateCache, unique: str) -> None:

@@ -37,6 +37,7 @@ from vmsched.constants import STATE_CHANGES_MAXLEN
 from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, Message, VmReport, VmStatus
 from vmsched.errors import StaleState, UnknownCluster, VmschedError
 from vmsched.logging import get_logger
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
 from vmsched.store._aio import cancel_requests, raise_if_cancelled
@@ -182,10 +183,10 @@ def _host_state(
     vms = list(vms)
     for vm in vms:
         vm_count += 1
-        mem += vm.mem_mb + vm.overhead_mb
-        vcpus += vm.vcpus
-        if vm.exclusive_cpus:
-            pinned += vm.vcpus
+        cost = vm_cost(vm)
+        mem += cost.mem_mb
+        vcpus += cost.vcpus
+        pinned += cost.cpus_pinned
         if vm.ha:
             ha += 1
     return HostState(
@@ -312,7 +313,8 @@ class StateWriter:
 
     # ------------------------------------------------------------------ loading
     async def load(self, cluster_ids: Iterable[str] | None = None) -> list[str]:
-        """Load clusters from Redis (default: every cluster in the clusters set); returns their ids.
+        """Load clusters from Redis (default: every cluster in the clusters set); returns the ids of
+        those it could read (an unreadable one is logged and skipped).
 
         Host aggregates are recomputed from the stored VMs; a host whose stored aggregates differ
         (written by an older version of this code) is rewritten, as one more version.
@@ -322,9 +324,17 @@ class StateWriter:
             ids = sorted(_text(m) for m in members)
         else:
             ids = list(cluster_ids)
+        loaded: list[str] = []
         for cid in ids:
             async with self._lock(cid):
-                cluster, stored = await self._read(cid)
+                try:
+                    cluster, stored = await self._read(cid)
+                except (ValidationError, ValueError) as exc:
+                    # One unreadable cluster must not keep the tracker from serving the others: it
+                    # stays unloaded, and each report for it is refused (dead-lettered) with this reason.
+                    log.error("stored cluster unreadable; not loaded", cluster=cid, error=str(exc)[:2000])
+                    continue
+                loaded.append(cid)
                 self._clusters[cid] = cluster
                 stale = [h for h in sorted(cluster.hosts) if stored.get(h) != cluster.host_state(h)]
                 if stale:
@@ -332,7 +342,7 @@ class StateWriter:
                     if await self._commit(cluster, _Write(kind="repair", hosts=stale)) is None:
                         # Redis moved on while loading: drop it; the next apply reloads.
                         self._clusters.pop(cid, None)
-        return ids
+        return loaded
 
     # ------------------------------------------------------------------ applying reports
     async def apply_cluster(self, report: ClusterReport) -> int:
