@@ -53,6 +53,7 @@ from vmsched.errors import InvalidRequest, LockTimeout, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.runtime import Runtime
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.pipeline import candidate_hosts, select, summarize
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
@@ -79,11 +80,6 @@ class _Stored:
 
     record: StoredDecision
     ours: bool
-
-
-def _pending_need(vm: VmSpec) -> tuple[int, int, int]:
-    """(memory incl. overhead, vCPUs, exclusively pinned CPUs) a placed VM holds until it runs."""
-    return vm.mem_mb + vm.overhead_mb, vm.vcpus, vm.vcpus if vm.exclusive_cpus else 0
 
 
 class Selector:
@@ -294,13 +290,14 @@ class Selector:
                 ordered = scores.hosts
             if first is None:
                 first = explanation.model_copy(update={"scores": scores if req.explain_scores else None})
-            mem, vcpus, pinned = _pending_need(vm)
+            # What the VM holds on its host until the engine reports it running (or failed).
+            cost = vm_cost(vm)
             entry = PendingEntry(
                 vm_id=vm.vm_id,
                 host_id=ordered[0],
-                mem_mb=mem,
-                vcpus=vcpus,
-                cpus_pinned=pinned,
+                mem_mb=cost.mem_mb,
+                vcpus=cost.vcpus,
+                cpus_pinned=cost.cpus_pinned,
                 request_id=req.request_id,
                 fencing_token=token,
                 expires_at=time.time() + self.settings.pending_ttl_s,

@@ -33,6 +33,7 @@ from typing import Final
 import numpy as np
 
 from vmsched.contracts import VmReport
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units.base import (
     BalanceOutcome,
@@ -116,7 +117,7 @@ class _Fit:
         cpus = hosts.effective_cpus
         known = cpus > 0
         predicted = cpu_hunger(vm) / np.where(known, cpus, 1.0)
-        mem_after = max_scheduling_memory_mb(hosts) - float(vm.mem_mb + vm.overhead_mb)
+        mem_after = max_scheduling_memory_mb(hosts) - float(vm_cost(vm).mem_mb)
         ok = allowed & known & (load + predicted <= self.high) & (mem_after > self.min_free_mb)
         return [int(i) for i in np.flatnonzero(ok)]
 

@@ -21,6 +21,7 @@ from typing import Final
 import numpy as np
 
 from vmsched.contracts import VmSpec
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit, PropertySpec, Props, prop_int
 
@@ -68,7 +69,7 @@ def current_host_mask(hosts: HostTable, vm: VmSpec) -> BoolArray:
 
 def vm_memory_need_mb(vm: VmSpec) -> float:
     """What placing the VM costs a host in memory: guest memory plus its overhead (oVirt)."""
-    return float(vm.mem_mb + vm.overhead_mb)
+    return float(vm_cost(vm).mem_mb)
 
 
 def max_scheduling_memory_mb(hosts: HostTable) -> FloatArray:
