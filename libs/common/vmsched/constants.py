@@ -112,5 +112,9 @@ KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{cluster}:{vm} -> set whil
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts where a start/migration failed
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{cluster} -> json list of failing hosts
 
+#: Lease roles (the {role} of KEY_LEASE): each cluster is worked by one process per role.
+LEASE_BALANCER: Final = "balancer"
+LEASE_HA_MONITOR: Final = "ha-monitor"
+
 #: How many state changes a cluster's change stream keeps before a reader must reload in full.
 STATE_CHANGES_MAXLEN: Final = 10_000

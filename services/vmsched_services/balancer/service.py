@@ -13,7 +13,6 @@ VMs never are. Several balancers may run: each cluster is balanced by the one ho
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from datetime import UTC, datetime
@@ -32,12 +31,12 @@ from vmsched.contracts import (
     VmStatus,
 )
 from vmsched.db.cache import PolicyCache
+from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.store import Keys, PendingStore
-from vmsched.store.lease import Leases
 from vmsched.store.redis import text
 
 log = get_logger("vmsched.balancer")
@@ -50,35 +49,8 @@ class Balancer:
         self.policies = policies or PolicyCache(rt)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.keys = Keys.from_settings(rt.settings)
-        self.leases = Leases(rt.redis, rt.settings, "balancer", ttl_s=rt.settings.lease_ttl_s)
-        self._due: dict[str, float] = {}
-
-    async def run_forever(self) -> None:
-        # Turns come often enough to renew leases (a third of their time to live); each cluster is
-        # balanced only once per interval.
-        tick = min(self.settings.balance_interval_s, self.settings.lease_ttl_s / 3)
-        try:
-            while True:
-                try:
-                    await self.turn()
-                except Exception:
-                    log.exception("balancer turn failed")
-                await asyncio.sleep(tick)
-        finally:
-            await self.leases.release_all()
-
-    async def turn(self) -> None:
-        for cluster in await self.rt.state.clusters():
-            if not await self.leases.claim(cluster):
-                continue
-            now = time.monotonic()
-            if self._due.get(cluster, 0.0) > now:
-                continue
-            self._due[cluster] = now + self.settings.balance_interval_s
-            try:
-                await self.balance(cluster)
-            except Exception:
-                log.exception("balancing failed", cluster=cluster)
+        self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
+        self.leases = self.loop.leases
 
     async def balance(self, cluster: str) -> list[MigrationDecision]:
         """One balancing cycle of one cluster; the migrations it published."""
@@ -203,5 +175,5 @@ class Balancer:
 async def start(rt: Runtime) -> Balancer:
     balancer = Balancer(rt)
     await balancer.policies.subscribe()
-    rt.spawn(balancer.run_forever(), name="balancer")
+    rt.spawn(balancer.loop.run(), name="balancer")
     return balancer

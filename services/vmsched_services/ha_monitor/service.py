@@ -2,11 +2,10 @@
 
 * RPC `ha-check` (HaCheckRequest -> HaReport): runs the check for one cluster now, whoever owns its
   lease; publishes nothing. A cluster with HA reservation off gets `enabled=False`.
-* A loop over the clusters in the state store. Every turn it claims (or renews) each cluster's
-  lease (role "ha-monitor", settings.lease_ttl_s); turns come at least every lease_ttl_s / 3, so a
-  lease held stays held, and a cluster owned here is checked every settings.ha_interval_s.
-  Clusters whose PostgreSQL setting ha_reservation is off are skipped (and their remembered state
-  dropped, so turning it on again starts from "ok").
+* A leased loop (vmsched.leased_loop, role "ha-monitor", as the balancer's): each cluster whose
+  lease this process holds is checked every settings.ha_interval_s. Clusters whose PostgreSQL
+  setting ha_reservation is off are skipped (and their remembered state dropped, so turning it on
+  again starts from "ok").
 * The check reads pending records, then the state snapshot (the selector's order, so a VM that
   starts meanwhile is counted once, not nowhere), and runs vmsched.scheduling.ha.check.
 * Events: HaAlert (`ha.alert.<cluster>`) on ok -> failing and whenever the failing set changes;
@@ -19,8 +18,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import time
 import uuid
@@ -28,16 +25,14 @@ from datetime import UTC, datetime
 
 from vmsched import constants as c
 from vmsched.contracts import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
 from vmsched.scheduling.ha import alert_message, check, recovery_message
 from vmsched.store.keys import Keys
-from vmsched.store.lease import Leases
 from vmsched.store.pending import PendingStore
 
 log = get_logger("vmsched.ha_monitor")
-
-ROLE = "ha-monitor"
 
 
 class HaMonitor:
@@ -46,14 +41,8 @@ class HaMonitor:
         self.settings = rt.settings
         self.keys = Keys.from_settings(rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
-        self.leases = Leases(rt.redis, rt.settings, ROLE, ttl_s=rt.settings.lease_ttl_s)
-        #: Monotonic time of the last periodic check per cluster owned here.
-        self._checked_at: dict[str, float] = {}
-
-    @property
-    def period_s(self) -> float:
-        """Time between loop turns: the check interval, or less, to renew leases in time."""
-        return min(self.settings.ha_interval_s, self.settings.lease_ttl_s / 3)
+        self.loop = LeasedLoop(rt, c.LEASE_HA_MONITOR, rt.settings.ha_interval_s, self.check_and_publish)
+        self.leases = self.loop.leases
 
     async def enabled(self, cluster_id: str) -> bool:
         from vmsched.db import PolicyRepository
@@ -124,42 +113,9 @@ class HaMonitor:
                 await self.rt.redis.delete(key)
         return report
 
-    async def turn(self) -> None:
-        """One loop turn: claim every cluster's lease, check the owned ones that are due."""
-        now = time.monotonic()
-        for cluster_id in await self.rt.state.clusters():
-            try:
-                if not await self.leases.claim(cluster_id):
-                    self._checked_at.pop(cluster_id, None)
-                    continue
-                last = self._checked_at.get(cluster_id)
-                if last is not None and now - last < self.settings.ha_interval_s:
-                    continue
-                self._checked_at[cluster_id] = now
-                await self.check_and_publish(cluster_id)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("HA check failed", cluster=cluster_id)
-
-    async def run(self) -> None:
-        try:
-            while True:
-                started = time.monotonic()
-                try:
-                    await self.turn()
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    log.exception("HA monitor turn failed")
-                await asyncio.sleep(max(0.0, self.period_s - (time.monotonic() - started)))
-        finally:
-            with contextlib.suppress(Exception):
-                await self.leases.release_all()
-
 
 async def start(rt: Runtime) -> HaMonitor:
     monitor = HaMonitor(rt)
     await rt.bus.serve(c.RPC_HA_CHECK, HaCheckRequest, monitor.on_check)
-    rt.spawn(monitor.run(), name="ha-monitor")
+    rt.spawn(monitor.loop.run(), name="ha-monitor")
     return monitor
