@@ -48,12 +48,14 @@ async def client(stack: Settings) -> AsyncIterator[SchedulerClient]:
         yield cl
 
 
-async def set_ha(cfg: Settings, cluster: str, on: bool) -> None:
+async def set_ha(client: SchedulerClient, cfg: Settings, cluster: str, on: bool) -> None:
+    """Switch HA reservation as an operator does: in PostgreSQL, then tell the services' caches."""
     pool = await connect_pg(cfg.postgres_url)
     try:
         await PolicyRepository(pool).set_cluster_policy(cluster, None, ha_reservation=on)
     finally:
         await pool.close()
+    await client.policy_changed(cluster_id=cluster)
 
 
 def host(cluster: str, host_id: str, mem_free_mb: int) -> HostReport:
@@ -87,7 +89,7 @@ async def check(client: SchedulerClient, cluster: str) -> HaReport:
 
 async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, stack: Settings, unique: str) -> None:
     cluster = f"ha-{unique}"
-    await set_ha(stack, cluster, True)
+    await set_ha(client, stack, cluster, True)
     events: asyncio.Queue[Any] = asyncio.Queue()
     sub = await client.bus.subscribe(
         [c.ha_alert_key(cluster), c.ha_recovered_key(cluster)], [HaAlert, HaRecovered], events.put
@@ -145,9 +147,11 @@ async def test_cluster_with_ha_reservation_off(client: SchedulerClient, stack: S
         await asyncio.sleep(1.5)  # several loop turns: the lone host would fail, but nothing is checked
         assert events.empty()
         # Turned on, the lone Up host with an HA VM fails (seed 004).
-        await set_ha(stack, cluster, True)
-        report = await check(client, cluster)
-        assert report.enabled
+        await set_ha(client, stack, cluster, True)
+        # policy.changed reaches the monitor's cache through its own queue, shortly after.
+        async with asyncio.timeout(5):
+            while not (report := await check(client, cluster)).enabled:  # noqa: ASYNC110 - a remote state, no local event
+                await asyncio.sleep(0.05)
         assert report.failing_hosts == ["h1"]
         alert = await asyncio.wait_for(events.get(), 15)
         assert alert.failing_hosts == ["h1"]

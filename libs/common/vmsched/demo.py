@@ -370,6 +370,7 @@ async def ha_phase(client: SchedulerClient, settings: Settings, hosts: list[SimH
         await PolicyRepository(pool).set_cluster_policy(cluster, None, ha_reservation=True)
     finally:
         await pool.close()
+    await client.policy_changed(cluster_id=cluster)
     got: asyncio.Queue[HaAlert] = asyncio.Queue()
     sub = await client.bus.subscribe([c.ha_alert_key(cluster)], [HaAlert], got.put)
     try:

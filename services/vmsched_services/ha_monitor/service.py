@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 
 from vmsched import constants as c
 from vmsched.contracts import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.db.cache import PolicyCache
+from vmsched.db.policies import HA_RESERVATION_PROPERTY
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
@@ -36,8 +38,9 @@ log = get_logger("vmsched.ha_monitor")
 
 
 class HaMonitor:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, policies: PolicyCache | None = None) -> None:
         self.rt = rt
+        self.policies = policies or PolicyCache(rt)
         self.settings = rt.settings
         self.keys = Keys.from_settings(rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
@@ -45,10 +48,11 @@ class HaMonitor:
         self.leases = self.loop.leases
 
     async def enabled(self, cluster_id: str) -> bool:
-        from vmsched.db import PolicyRepository
-
-        settings = await PolicyRepository(await self.rt.postgres()).get_cluster_settings(cluster_id)
-        return settings.ha_reservation
+        """HA reservation is on for the cluster (PostgreSQL's cluster_policy.ha_reservation, which
+        reaches the cluster's policy as the HaReservation property), read through the policy cache
+        like the selector and the balancer do."""
+        policy = await self.policies.for_cluster(cluster_id)
+        return policy.properties.get(HA_RESERVATION_PROPERTY) == "true"
 
     async def evaluate(self, cluster_id: str) -> HaReport:
         """Run the check now (no events); `enabled=False` without checking if HA reservation is off."""
@@ -116,6 +120,7 @@ class HaMonitor:
 
 async def start(rt: Runtime) -> HaMonitor:
     monitor = HaMonitor(rt)
+    await monitor.policies.subscribe()
     await rt.bus.serve(c.RPC_HA_CHECK, HaCheckRequest, monitor.on_check)
     rt.spawn(monitor.loop.run(), name="ha-monitor")
     return monitor
