@@ -36,8 +36,8 @@ from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
-from vmsched.store import Keys, PendingStore
-from vmsched.store.redis import text
+from vmsched.store import PendingStore
+from vmsched.store.memories import FailedHosts, MigrationCooldowns
 
 log = get_logger("vmsched.balancer")
 
@@ -48,7 +48,8 @@ class Balancer:
         self.settings = rt.settings
         self.policies = policies or PolicyCache(rt)
         self.pending = PendingStore(rt.redis, rt.settings)
-        self.keys = Keys.from_settings(rt.settings)
+        self.failed_hosts = FailedHosts(rt.redis, rt.settings)
+        self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
         self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
         self.leases = self.loop.leases
 
@@ -89,7 +90,7 @@ class Balancer:
                 break
             vm = next(v for v in movable if v.vm_id == pick.vm_id)
             # Hosts where this VM's start or migration failed lately are not tried again.
-            tried = {text(h) for h in await self.rt.redis.smembers(self.keys.tried(cluster, vm.vm_id))}
+            tried = await self.failed_hosts.of(cluster, vm.vm_id)
             candidates = tuple(h for h in pick.candidates if h not in tried)
             if not candidates:
                 log.info("every candidate failed this VM before", cluster=cluster, vm=vm.vm_id)
@@ -117,11 +118,7 @@ class Balancer:
                 request_id=decision.request_id,
                 decided_at=datetime.now(UTC),
             )
-            cooldown_ms = int(self.settings.migration_cooldown_s * 1000)
-            if cooldown_ms > 0:
-                await self.rt.redis.set(
-                    self.keys.cooldown(cluster, vm.vm_id), migration.decision_id.hex, px=cooldown_ms
-                )
+            await self.cooldowns.start(cluster, vm.vm_id, migration.decision_id.hex)
             await self.rt.bus.publish(c.migration_key(cluster), migration)
             log.info(
                 "migration decided",
@@ -143,8 +140,8 @@ class Balancer:
         ]
         if not candidates:
             return []
-        resting = await self.rt.redis.mget([self.keys.cooldown(cluster, v.vm_id) for v in candidates])
-        return [v for v, rest in zip(candidates, resting, strict=True) if rest is None]
+        resting = await self.cooldowns.resting(cluster, [v.vm_id for v in candidates])
+        return [v for v in candidates if v.vm_id not in resting]
 
     async def _schedule(
         self, cluster: str, vm: VmReport, source: str, candidates: tuple[str, ...], tried: list[str]

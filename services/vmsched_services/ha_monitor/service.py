@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
 from vmsched.scheduling.ha import alert_message, check, recovery_message
-from vmsched.store.keys import Keys
+from vmsched.store.memories import HaStatus
 from vmsched.store.pending import PendingStore
 
 log = get_logger("vmsched.ha_monitor")
@@ -42,7 +41,7 @@ class HaMonitor:
         self.rt = rt
         self.policies = policies or PolicyCache(rt)
         self.settings = rt.settings
-        self.keys = Keys.from_settings(rt.settings)
+        self.status = HaStatus(rt.redis, rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.loop = LeasedLoop(rt, c.LEASE_HA_MONITOR, rt.settings.ha_interval_s, self.check_and_publish)
         self.leases = self.loop.leases
@@ -80,12 +79,10 @@ class HaMonitor:
     async def check_and_publish(self, cluster_id: str) -> HaReport:
         """The periodic check of one owned cluster: evaluate, publish on a change, remember."""
         report = await self.evaluate(cluster_id)
-        key = self.keys.ha_state(cluster_id)
         if not report.enabled:
-            await self.rt.redis.delete(key)
+            await self.status.set_failing(cluster_id, [])
             return report
-        raw = await self.rt.redis.get(key)
-        previous: list[str] = json.loads(raw) if raw else []
+        previous = await self.status.failing(cluster_id)
         current = report.failing_hosts
         if current and current != previous:
             await self.rt.bus.publish(
@@ -111,10 +108,7 @@ class HaMonitor:
             )
             log.info("HA reservation check passes again", cluster=cluster_id)
         if current != previous:
-            if current:
-                await self.rt.redis.set(key, json.dumps(current))
-            else:
-                await self.rt.redis.delete(key)
+            await self.status.set_failing(cluster_id, current)
         return report
 
 

@@ -24,7 +24,8 @@ from vmsched.contracts import (
 from vmsched.logging import get_logger
 from vmsched.metrics import STATE_REPORTS
 from vmsched.runtime import Runtime
-from vmsched.store import Keys, PendingStore, StateWriter
+from vmsched.store import PendingStore, StateWriter
+from vmsched.store.memories import FailedHosts
 
 log = get_logger("vmsched.state_tracker")
 
@@ -37,7 +38,7 @@ class StateTracker:
         self.rt = rt
         self.writer = StateWriter(rt.redis, rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
-        self.keys = Keys.from_settings(rt.settings)
+        self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
         # reports are applied in the order the engine published them.
         self._order = asyncio.Lock()
@@ -71,11 +72,7 @@ class StateTracker:
         if entry is None:
             return
         if report.status is VmStatus.FAILED or (report.host_id is not None and report.host_id != entry.host_id):
-            key = self.keys.tried(report.cluster_id, report.vm_id)
-            async with self.rt.redis.pipeline(transaction=True) as pipe:
-                pipe.sadd(key, entry.host_id)
-                pipe.pexpire(key, int(self.rt.settings.failed_host_memory_s * 1000))
-                await pipe.execute()
+            await self.failed_hosts.remember(report.cluster_id, report.vm_id, entry.host_id)
             log.info("placement failed; host remembered", vm=report.vm_id, host=entry.host_id)
 
     async def handle_state(self, req: StateRequest) -> ClusterState:

@@ -12,6 +12,7 @@ async with locks.hold(cluster_id) as lease:
 from vmsched.store.decisions import DecisionStore
 from vmsched.store.keys import Keys
 from vmsched.store.lock import ClusterLock, Lease
+from vmsched.store.memories import FailedHosts, HaStatus, MigrationCooldowns
 from vmsched.store.pending import PendingStore
 from vmsched.store.redis import connect
 from vmsched.store.state import (
@@ -27,8 +28,11 @@ __all__ = [
     "CacheStats",
     "ClusterLock",
     "DecisionStore",
+    "FailedHosts",
+    "HaStatus",
     "Keys",
     "Lease",
+    "MigrationCooldowns",
     "PendingStore",
     "StateCache",
     "StateConflict",
