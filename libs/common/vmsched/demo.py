@@ -395,20 +395,10 @@ async def forget_clusters(settings: Settings, clusters: list[str]) -> None:
     redis = connect(settings)
     try:
         for cid in clusters:
-            await redis.delete(
-                keys.state_version(cid),
-                keys.state_hosts(cid),
-                keys.state_vms(cid),
-                keys.state_cluster(cid),
-                keys.state_changes(cid),
-                keys.pending(cid),
-                keys.pending_version(cid),
-                keys.fence(cid),
-                keys.lock(cid),
-                keys.ha_state(cid),
-                keys.lease("balancer", cid),
-                keys.lease("ha-monitor", cid),
-            )
+            await redis.delete(*keys.of_cluster(cid))
+            for pattern in keys.cluster_patterns(cid):
+                async for key in redis.scan_iter(match=pattern, count=1000):
+                    await redis.delete(key)
             await redis.srem(keys.clusters(), cid)
     finally:
         await redis.aclose()

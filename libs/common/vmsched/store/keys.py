@@ -23,8 +23,13 @@ from vmsched.constants import (
     KEY_STATE_VERSION,
     KEY_STATE_VMS,
     KEY_TRIED,
+    LEASE_BALANCER,
+    LEASE_HA_MONITOR,
 )
 from vmsched.settings import Settings
+
+#: Every role that leases clusters (the balancer's and the HA monitor's periodic loops).
+LEASE_ROLES = (LEASE_BALANCER, LEASE_HA_MONITOR)
 
 
 class Keys:
@@ -88,6 +93,27 @@ class Keys:
 
     def ha_state(self, cluster: str) -> str:
         return self._key(KEY_HA_STATE, cluster)
+
+    def of_cluster(self, cluster: str) -> list[str]:
+        """Every key of one cluster with a fixed name (state, pending, lock, fence, leases, HA status),
+        e.g. to forget a cluster. Per-VM keys are matched by cluster_patterns() instead."""
+        return [
+            self.state_version(cluster),
+            self.state_hosts(cluster),
+            self.state_vms(cluster),
+            self.state_cluster(cluster),
+            self.state_changes(cluster),
+            self.pending(cluster),
+            self.pending_version(cluster),
+            self.fence(cluster),
+            self.lock(cluster),
+            self.ha_state(cluster),
+            *(self.lease(role, cluster) for role in LEASE_ROLES),
+        ]
+
+    def cluster_patterns(self, cluster: str) -> list[str]:
+        """SCAN patterns of one cluster's per-VM keys (migration cool-downs, failed hosts)."""
+        return [self._key(KEY_COOLDOWN, f"{cluster}:*"), self._key(KEY_TRIED, f"{cluster}:*")]
 
     def __repr__(self) -> str:
         return f"Keys({self.prefix!r})"
