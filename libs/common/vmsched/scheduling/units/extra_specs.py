@@ -2,8 +2,8 @@
 
 Extra specs (ComputeCapabilitiesFilter, AggregateInstanceExtraSpecsFilter)
 -------------------------------------------------------------------------
-`match(value, requirement)`: the requirement's first word is the operator (REFERENCE.md section 2,
-Nova's ``extra_specs_ops``):
+`match(value, requirement)`: the requirement's first word is the operator (Nova's
+``extra_specs_ops``):
 
 ==============  =====================================================================
 ``= x``         value >= x as numbers (*not* equality: "at least", like vCPUs)
