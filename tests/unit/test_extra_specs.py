@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vmsched.errors import InvalidQuery
 from vmsched.scheduling.units.extra_specs import (
     MAX_QUERY_DEPTH,
-    InvalidQuery,
     check_query,
     evaluate_query,
     lookup,

@@ -18,7 +18,6 @@ from vmsched.store.state import (
     COUNTED_STATUSES,
     CacheStats,
     StateCache,
-    StateConflict,
     StateWriter,
 )
 
@@ -31,7 +30,6 @@ __all__ = [
     "Lease",
     "PendingStore",
     "StateCache",
-    "StateConflict",
     "StateWriter",
     "connect",
 ]

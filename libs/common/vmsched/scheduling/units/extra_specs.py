@@ -69,6 +69,8 @@ import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from vmsched.errors import InvalidQuery
+
 # ------------------------------------------------------------------------------------- operators
 _NUMERIC: dict[str, Callable[[float, float], bool]] = {
     "=": operator.ge,  # "at least", as Nova: not equality
@@ -196,10 +198,6 @@ def lookup(root: Any, path: Sequence[str]) -> Any:
 
 
 # -------------------------------------------------------------------------------------- JsonFilter
-class InvalidQuery(ValueError):
-    """A JsonFilter query the grammar cannot evaluate."""
-
-
 #: Deeper queries are refused (a request could otherwise exhaust the recursion limit).
 MAX_QUERY_DEPTH = 64
 
@@ -303,7 +301,6 @@ __all__ = [
     "OPERATORS",
     "OR",
     "QUERY_OPERATORS",
-    "InvalidQuery",
     "Resolver",
     "check_query",
     "evaluate_query",
