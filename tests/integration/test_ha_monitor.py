@@ -146,7 +146,7 @@ async def test_cluster_with_ha_reservation_off(client: SchedulerClient, stack: S
         assert report.failing_hosts == []
         await asyncio.sleep(1.5)  # several loop turns: the lone host would fail, but nothing is checked
         assert events.empty()
-        # Turned on, the lone Up host with an HA VM fails (seed 004).
+        # Turned on, the lone Up host with an HA VM fails (as in oVirt: no other host to restart on).
         await set_ha(client, stack, cluster, True)
         # policy.changed reaches the monitor's cache through its own queue, shortly after.
         async with asyncio.timeout(5):

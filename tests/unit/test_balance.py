@@ -1,4 +1,4 @@
-"""Balance units (units/balance.py): hand-computed cases, seed 003's worked example, invariants.
+"""Balance units (units/balance.py): hand-computed cases, oVirt's even-VM-count worked example, invariants.
 
 Hosts come from hostfactory (4 cores, 4096 MB, no reserve, idle unless told otherwise).
 """
@@ -340,23 +340,24 @@ def vms_for(counts: Sequence[int]) -> list[VmReport]:
     return out
 
 
-#: Seed 003's worked example. Chosen configuration: HighVmCount 10, MigrationThreshold 4,
-#: SpmVmGrace 0 (no SPM), VDS1..VDS5 running 12, 10, 8, 9, 6 VMs. The "balancing window" is
-#: [top - MigrationThreshold, top]: 12 -> 8, then 11 -> 7 ("minimum is now 7"), then 10 -> 6.
-SEED003_PROPS = {"HighVmCount": "10", "MigrationThreshold": "4", "SpmVmGrace": "0"}
-SEED003_COUNTS = [12, 10, 8, 9, 6]
+#: oVirt's even-VM-count worked example (two balancing iterations). Chosen configuration:
+#: HighVmCount 10, MigrationThreshold 4, SpmVmGrace 0 (no SPM), VDS1..VDS5 running 12, 10, 8, 9,
+#: 6 VMs. The "balancing window" is [top - MigrationThreshold, top]: 12 -> 8, then 11 -> 7
+#: ("minimum is now 7"), then 10 -> 6.
+EVEN_COUNT_EXAMPLE_PROPS = {"HighVmCount": "10", "MigrationThreshold": "4", "SpmVmGrace": "0"}
+EVEN_COUNT_EXAMPLE_COUNTS = [12, 10, 8, 9, 6]
 
 
-def test_seed_003_worked_example() -> None:
-    counts = list(SEED003_COUNTS)
+def test_ovirt_even_vm_count_worked_example() -> None:
+    counts = list(EVEN_COUNT_EXAMPLE_COUNTS)
     vms = vms_for(counts)
 
     def step() -> tuple[str, str, tuple[str, ...]] | None:
-        out = even_vm_count_balance(counts_table(counts), vms, SEED003_PROPS)
+        out = even_vm_count_balance(counts_table(counts), vms, EVEN_COUNT_EXAMPLE_PROPS)
         if out.migration is None:
             return None
         m = out.migration
-        # simulate the migration: the first candidate, as the seed does ("whatever comes first")
+        # simulate the migration: the first candidate, as oVirt's example does ("whatever comes first")
         target = m.candidates[0]
         src, dst = int(m.source_host[3:]) - 1, int(target[3:]) - 1
         counts[src] -= 1
@@ -372,7 +373,10 @@ def test_seed_003_worked_example() -> None:
     assert counts == [10, 10, 9, 9, 7]  # top 10, minimum 6: every host inside the window
     # 3. balanced
     assert step() is None
-    assert even_vm_count_balance(counts_table(counts), vms, {**SEED003_PROPS, "HighVmCount": "9"}).migration is None
+    assert (
+        even_vm_count_balance(counts_table(counts), vms, {**EVEN_COUNT_EXAMPLE_PROPS, "HighVmCount": "9"}).migration
+        is None
+    )
 
 
 def test_even_vm_count_reason_and_spm_grace() -> None:
@@ -399,13 +403,13 @@ def test_even_vm_count_pending_counts_as_slots() -> None:
 
 def test_even_vm_count_edges() -> None:
     props = {"HighVmCount": "10", "MigrationThreshold": "5", "SpmVmGrace": "0"}
-    # exactly HighVmCount: not over (seed: "more than")
+    # exactly HighVmCount: not over (oVirt: "more than HighVMSCount")
     assert even_vm_count_balance(counts_table([10, 0]), [vmr("a", "VDS1")], props).migration is None
     # one host: no target
     assert even_vm_count_balance(counts_table([20]), [vmr("a", "VDS1")], props).migration is None
     # all equal
     assert even_vm_count_balance(counts_table([12, 12, 12]), [vmr("a", "VDS1")], props).migration is None
-    # the worst host has no movable VM: nothing (the seed does not look at another host)
+    # the worst host has no movable VM: nothing (oVirt does not look at another host)
     t = counts_table([12, 11, 0])
     assert even_vm_count_balance(t, [vmr("b", "VDS2")], props).migration is None
     # ties: the first of the busiest
@@ -477,8 +481,8 @@ def ha_vms(ha_counts: Sequence[int]) -> list[VmReport]:
     ]
 
 
-def test_ha_balance_seed_004_threshold() -> None:
-    # 10 HA VMs on 5 hosts: optimal 2; at 200% a host needs more than 4 (seed: "at least 5")
+def test_ha_balance_ovirt_over_utilization_threshold() -> None:
+    # 10 HA VMs on 5 hosts: optimal 2; at 200% a host needs more than 4 (oVirt: "at least 5")
     counts = [4, 2, 2, 1, 1]
     assert ha_reservation_balance(ha_table(counts), ha_vms(counts), ON).migration is None
     counts = [5, 2, 1, 1, 1]  # 10 VMs, optimal 2, h1 has 5 > 4

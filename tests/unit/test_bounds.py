@@ -37,14 +37,14 @@ from vmsched.contracts.base import (
     MAX_QUERY_NODES,
     MAX_TEXT,
 )
-from vmsched.errors import InvalidProperty, InvalidRequest
+from vmsched.errors import InvalidProperty, InvalidRequest, PropertyTooLong, UnsupportedRegex
 from vmsched.scheduling.pipeline import run_filters, run_weights
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import base
-from vmsched.scheduling.units.base import PropertySpec, PropertyTooLong, ValidationCache, validate_properties
+from vmsched.scheduling.units.base import PropertySpec, ValidationCache, validate_properties
 from vmsched.scheduling.units.extra_specs import lookup
 from vmsched.scheduling.units.nova_filters import RAM_RATIO
-from vmsched.scheduling.units.regex_audit import UnsupportedRegex, ambiguity
+from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.registry import REGISTRY
 
 #: A value built to make a backtracking regex over digits work hardest: digits, then a mismatch.

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from vmsched.errors import InvalidQuery
 from vmsched.scheduling.units.extra_specs import (
     MAX_QUERY_DEPTH,
-    InvalidQuery,
     check_query,
     evaluate_query,
     lookup,
@@ -26,7 +26,7 @@ from vmsched.scheduling.units.extra_specs import (
 @pytest.mark.parametrize(
     ("value", "requirement", "expected"),
     [
-        # REFERENCE.md's examples
+        # the examples in Nova's filter scheduler documentation
         ("5", ">= 5", True),
         ("6", ">= 5", True),
         ("4", ">= 5", False),

@@ -1,4 +1,4 @@
-"""HA reservation check (seed 004): the pseudo-code's outcomes, and the fast check against the naive one."""
+"""oVirt's HA reservation check: its monitoring loop's outcomes, and the fast check against the naive one."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def test_host_whose_ha_vms_do_not_fit_elsewhere_fails_and_is_named() -> None:
 
 
 def test_memory_actually_used_not_configured() -> None:
-    # 4096 MB VMs using 25% need 1024 MB each (seed: Math.round(mem * usage / 100)).
+    # 4096 MB VMs using 25% need 1024 MB each (oVirt: Math.round(mem * usage / 100)).
     hosts = [host("h1"), host("h2", mem_free_mb=2048)]
     vms = [vm("a", "h1", mem_mb=4096, mem_usage_pct=25.0), vm("b", "h1", mem_mb=4096, mem_usage_pct=25.0)]
     assert both(hosts, vms) == []

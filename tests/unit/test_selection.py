@@ -1,4 +1,4 @@
-"""Selectors: the seed's worked table (001), rank semantics, tie-breaking, and invariants."""
+"""Selectors: oVirt's weight-normalization worked table, rank semantics, tie-breaking, and invariants."""
 
 from __future__ import annotations
 
@@ -34,47 +34,47 @@ def floats(a: np.ndarray) -> list[float]:
     return [float(x) for x in a]
 
 
-# ------------------------------------------------------------------------------------ seed 001
-SEED_HOSTS = ["A", "B", "C"]
+# ------------------------------------------------------- oVirt's weight-normalization table
+TABLE_HOSTS = ["A", "B", "C"]
 
 
-def seed_units() -> list[WeighedUnit]:
-    """Seed 001: CPU load x10 (hardcoded max 100 %), occupied memory x1 (hardcoded max 4096 MB)."""
+def table_units() -> list[WeighedUnit]:
+    """oVirt's normalization example: CPU load x10 (hardcoded max 100 %), occupied memory x1 (hardcoded max 4096 MB)."""
     return [
         unit("cpu", 10, [90, 50, 10], maximum=100),
         unit("memory", 1, [1024, 2048, 4096], maximum=4096),
     ]
 
 
-def test_seed_table_rank_column() -> None:
-    sel = rank_select(SEED_HOSTS, seed_units())
+def test_ovirt_table_rank_column() -> None:
+    sel = rank_select(TABLE_HOSTS, table_units())
     assert floats(sel.points[0]) == [0, 1, 2]  # CPU: C is best
     assert floats(sel.points[1]) == [2, 1, 0]  # memory: A is best
     assert floats(sel.totals) == [2, 11, 20]  # points convention: highest wins
     assert sel.ordered_ids == ["C", "B", "A"]
     assert sel.best == "C"
-    # The seed counts rank as "number of hosts better" (lower wins): 10 x 2 + 0 = 20, 11, 2.
-    n = len(SEED_HOSTS)
-    seed_rank = sum(u.factor for u in seed_units()) * (n - 1) - sel.totals
-    assert floats(seed_rank) == [20, 11, 2]
+    # oVirt's example counts rank as "number of hosts better" (lower wins): 10 x 2 + 0 = 20, 11, 2.
+    n = len(TABLE_HOSTS)
+    ovirt_rank = sum(u.factor for u in table_units()) * (n - 1) - sel.totals
+    assert floats(ovirt_rank) == [20, 11, 2]
 
 
-def test_seed_table_static_maximum_column() -> None:
-    sel = static_maximum_select(SEED_HOSTS, seed_units())
+def test_ovirt_table_static_maximum_column() -> None:
+    sel = static_maximum_select(TABLE_HOSTS, table_units())
     assert floats(sel.totals) == [925, 550, 200]
     assert sel.ordered_ids == ["C", "B", "A"]
     assert not sel.higher_wins
 
 
-def test_seed_table_dynamic_maximum_column() -> None:
-    sel = dynamic_maximum_select(SEED_HOSTS, seed_units())
-    assert floats(sel.points[0]) == [100, 55, 11]  # 50 / 90 -> 55 (truncated, as in the seed)
+def test_ovirt_table_dynamic_maximum_column() -> None:
+    sel = dynamic_maximum_select(TABLE_HOSTS, table_units())
+    assert floats(sel.points[0]) == [100, 55, 11]  # 50 / 90 -> 55 (truncated, as in oVirt's example)
     assert floats(sel.totals) == [1025, 600, 210]
     assert sel.ordered_ids == ["C", "B", "A"]
 
 
-def test_seed_table_min_max() -> None:
-    sel = min_max_select(SEED_HOSTS, seed_units())
+def test_ovirt_table_min_max() -> None:
+    sel = min_max_select(TABLE_HOSTS, table_units())
     assert floats(sel.points[0]) == [0, 0.5, 1]
     assert np.allclose(sel.totals, [1, 10 * 0.5 + 2 / 3, 10])
     assert sel.ordered_ids == ["C", "B", "A"]
@@ -89,7 +89,7 @@ def test_selectors_are_registered() -> None:
         "MinMaxSelector",
     }
     for name, fn in SELECTORS.items():
-        assert fn(SEED_HOSTS, seed_units()).selector == name
+        assert fn(TABLE_HOSTS, table_units()).selector == name
 
 
 # ------------------------------------------------------------------------------------ rank points
@@ -191,7 +191,7 @@ def test_misaligned_weights_are_refused() -> None:
 
 
 def test_score_table_is_in_final_order() -> None:
-    table = rank_select(SEED_HOSTS, seed_units()).to_score_table()
+    table = rank_select(TABLE_HOSTS, table_units()).to_score_table()
     assert table.selector == "RankSelector"
     assert table.hosts == ["C", "B", "A"]
     assert [u.unit for u in table.units] == ["cpu", "memory"]

@@ -50,7 +50,7 @@ def test_new_weight_units_are_declared() -> None:
     for unit in NEW_UNITS:
         assert unit in WEIGHT_UNITS
         assert REGISTRY[unit.name] is unit
-        # OptimalForHaReservation also balances (seed 004's HA reservation balance)
+        # OptimalForHaReservation also balances (oVirt's HA reservation balance unit)
         assert unit.kinds == (("weight", "balance") if unit is HA_RESERVATION else ("weight",))
         assert unit.direction is Direction.LOWER_IS_BETTER
         assert unit.description

@@ -239,7 +239,7 @@ def _ha_cluster(n_hosts: int, n_vms: int, seed: int, *, skew: bool = False) -> t
 
 
 def bench_ha(seed: int) -> dict[str, Any]:
-    """Seed 004's check: the fast version at 1,000 hosts / 20,000 HA VMs, and against the naive one."""
+    """oVirt's HA reservation check: the fast version at 1,000 hosts / 20,000 HA VMs, and against the naive one."""
     from vmsched.scheduling.ha import check, naive_failing_hosts
 
     out: dict[str, Any] = {}

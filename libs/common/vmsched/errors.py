@@ -2,16 +2,24 @@
 
     VmschedError
     ├── InvalidRequest            bad input: what was wrong and where (`location`, a JSON path)
+    │   └── InvalidQuery          a Nova JsonFilter query the grammar cannot evaluate (also a ValueError)
     ├── SchedulingError           a request that cannot be evaluated (it becomes a decision with status error)
     │   ├── UnknownCluster        no state has ever been reported for the cluster
     │   ├── UnknownPolicyUnit     a policy names a unit the registry does not have
     │   ├── InvalidProperty       a custom property value does not match the unit's regex
+    │   │   └── PropertyTooLong   a value over the length limit, refused before its regex runs
+    │   │                         (its code stays "invalid_property": on the wire it is one)
     │   ├── StaleState            a worker cannot reach the state version a request was made against
     │   └── PolicyError           administering policies (vmsched.db.PolicyRepository)
     │       ├── PolicyNotFound    no policy with that id or name
     │       ├── PolicyLocked      a built-in policy cannot be edited or deleted: clone it
     │       ├── PolicyInUse       still attached to clusters, or the default
     │       └── PolicyExists      a policy with that name or id exists
+    ├── UnsupportedRegex          a unit's property regex uses a construct the backtracking check cannot
+    │                             judge (backreference, lookaround) (also a ValueError)
+    ├── StateConflict             the cluster's state in Redis moved on under a writer twice in a row
+    ├── InjectionError            the fault suite could not inject a fault: the experiment is void
+    │                             (also a RuntimeError)
     ├── MigrationError            a database migration cannot be applied (e.g. an applied file changed)
     ├── DatabaseUnavailable       PostgreSQL cannot be reached
     │   └── DatabaseMissing       the server answers, but the database does not exist (`vmsched db migrate`)
@@ -49,6 +57,16 @@ class InvalidRequest(VmschedError):
     code = "invalid_request"
 
 
+class InvalidQuery(InvalidRequest, ValueError):
+    """A JsonFilter query the grammar cannot evaluate (unknown operator, nested too deep).
+
+    Also a ValueError, as it was before it joined this tree: `check_query` and `query_passes` are
+    public, and a caller that catches a malformed query as ValueError must keep catching it.
+    """
+
+    code = "invalid_query"
+
+
 class SchedulingError(VmschedError):
     code = "scheduling_error"
 
@@ -67,6 +85,22 @@ class InvalidProperty(SchedulingError):
     def __init__(self, unit: str, prop: str, value: str, regex: str) -> None:
         super().__init__(
             f"property {prop}={value!r} of unit {unit} does not match {regex!r}",
+            location=f"properties.{prop}",
+        )
+        self.unit, self.prop, self.value, self.regex = unit, prop, value, regex
+
+
+class PropertyTooLong(InvalidProperty):
+    """A property value longer than `limit` characters: refused before its regex runs.
+
+    Its code is InvalidProperty's: callers see an invalid property either way; the message says why.
+    """
+
+    def __init__(self, unit: str, prop: str, value: str, regex: str, limit: int) -> None:
+        SchedulingError.__init__(
+            self,
+            f"property {prop} of unit {unit} is {len(value)} characters long; the limit is {limit} "
+            f"(starts {value[:40]!r})",
             location=f"properties.{prop}",
         )
         self.unit, self.prop, self.value, self.regex = unit, prop, value, regex
@@ -94,6 +128,31 @@ class PolicyInUse(PolicyError):
 
 class PolicyExists(PolicyError):
     code = "policy_exists"
+
+
+class UnsupportedRegex(VmschedError, ValueError):
+    """The regex uses a construct the backtracking check cannot reason about (backreference, lookaround).
+
+    Also a ValueError, as it was before it joined this tree: a unit that declares such a regex fails
+    at definition (PropertySpec) exactly like one whose regex may backtrack, which is a ValueError.
+    """
+
+    code = "unsupported_regex"
+
+
+class StateConflict(VmschedError):
+    """The cluster's state in Redis moved on under the writer twice in a row (another writer?)."""
+
+    code = "state_conflict"
+
+
+class InjectionError(VmschedError, RuntimeError):
+    """A fault could not be injected (the tool is missing or refused): the experiment is void.
+
+    Also a RuntimeError, as it was before it joined this tree, so handlers written for it keep working.
+    """
+
+    code = "injection_error"
 
 
 class MigrationError(VmschedError):
@@ -150,7 +209,9 @@ __all__ = [
     "DatabaseMissing",
     "DatabaseUnavailable",
     "FencedOut",
+    "InjectionError",
     "InvalidProperty",
+    "InvalidQuery",
     "InvalidRequest",
     "LockError",
     "LockTimeout",
@@ -161,11 +222,14 @@ __all__ = [
     "PolicyInUse",
     "PolicyLocked",
     "PolicyNotFound",
+    "PropertyTooLong",
     "RemoteError",
     "RpcTimeout",
     "SchedulingError",
     "StaleState",
+    "StateConflict",
     "UnknownCluster",
     "UnknownPolicyUnit",
+    "UnsupportedRegex",
     "VmschedError",
 ]

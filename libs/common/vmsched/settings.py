@@ -56,7 +56,7 @@ class Settings(BaseSettings):
     migration_cooldown_s: float = Field(600.0, ge=0)
     #: How long a host where a VM's start or migration failed is kept out of that VM's next migrations.
     failed_host_memory_s: float = Field(3600.0, gt=0)
-    #: How often the HA monitor checks each cluster with HA reservation on (seed 004: 5 minutes).
+    #: How often the HA monitor checks each cluster with HA reservation on (oVirt: every 5 minutes).
     ha_interval_s: float = Field(300.0, gt=0)
     #: How long a balancer / HA monitor owns a cluster without renewing its lease.
     lease_ttl_s: float = Field(20.0, gt=0)

@@ -1,1 +1,1 @@
-"""ha-monitor: HA reservation alerts per cluster (seed 004)."""
+"""ha-monitor: HA reservation alerts per cluster (oVirt's HA VM reservation)."""

@@ -1,4 +1,4 @@
-"""ha-monitor: the HA reservation check (seed 004) per cluster, on a timer and on demand.
+"""ha-monitor: oVirt's HA reservation check per cluster, on a timer and on demand.
 
 * RPC `ha-check` (HaCheckRequest -> HaReport): runs the check for one cluster now, whoever owns its
   lease; publishes nothing. A cluster with HA reservation off gets `enabled=False`.

@@ -15,7 +15,7 @@ decision -> publish it as event `decision.<cluster>` -> release -> reply.
   publishing and marking repeats the event once (events carry the request id). Decisions that are
   not stored (errors, expired requests) are published each time one is made.
 * No host but pending memory somewhere: release the lock, wait (bounded) for pending to change,
-  retry once (seed 000).
+  retry once (as oVirt's scheduler does with pending resources).
 * A request whose deadline passed is not placed.
 * Errors that belong to the request (unknown cluster, unknown unit, invalid property, lock timeout)
   become a decision with status `error`, never a crash or a hang.

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from vmsched.errors import InjectionError
 from vmsched.procs import ServiceProcess, local_ports
 from vmsched.settings import Settings
 
@@ -21,10 +22,6 @@ from vmsched.settings import Settings
 RABBITMQCTL_TIMEOUT_S = 30.0
 
 _CONNECTION_NAME = re.compile(r'\{"connection_name","([^"]*)"\}')
-
-
-class InjectionError(RuntimeError):
-    """A fault could not be injected (the tool is missing or refused): the experiment is void."""
 
 
 async def run_tool(*argv: str, timeout: float = RABBITMQCTL_TIMEOUT_S) -> str:
@@ -149,7 +146,6 @@ async def queue_depths(settings: Settings) -> dict[str, tuple[int, int, int]]:
 
 __all__ = [
     "BrokerConnection",
-    "InjectionError",
     "broker_connections",
     "close_broker_connections",
     "kill_redis_clients",

@@ -50,7 +50,7 @@ class PowerAction(Message):
 
 
 class HaAlert(Message):
-    """Event `ha.alert.<cluster>`: the cluster failed the HA reservation check (seed 004)."""
+    """Event `ha.alert.<cluster>`: the cluster failed oVirt's HA reservation check."""
 
     alert_id: UUID
     cluster_id: Id

@@ -1,22 +1,22 @@
-"""HA reservation check (seed 004): could every host's HA VMs restart on the other hosts?
+"""oVirt's HA VM reservation check: could every host's HA VMs restart on the other hosts?
 
 Pure computation, no I/O. The HA monitor feeds it a state snapshot plus the pending records.
 
-The model, per the seed:
+The model, per oVirt's HA reservation design (its monitoring task):
 
 * Hosts: only Up hosts take part, ordered by host id. A host's free resources are
   - memory: its reported `mem_free_mb` minus the memory of the VMs pending on it. Pending is
     counted once: one record per VM (duplicates of a VM id: the last one counts), and a record
     whose VM is already reported RUNNING on that same host is skipped (the host's measured free
     memory already contains it);
-  - CPU: `100 - cpu_usage_pct` percent. Pending VMs are not charged CPU: the seed measures CPU
+  - CPU: `100 - cpu_usage_pct` percent. Pending VMs are not charged CPU: oVirt's check measures CPU
     *usage*, and a VM that has not started yet has none to measure.
 * A host's CPUs are its cores, or its threads when the cluster counts threads as cores (threads
   reported as 0 fall back to cores), like HostTable.effective_cpus. A host with no CPUs (topology
   unknown) takes no VM, though its own HA VMs are still checked.
 * HA VMs of a host: VMs with `ha` set, reported STARTING, RUNNING or MIGRATING on it (a migrating
   VM counts on the host it is reported on), ordered by VM id. Each needs
-  - memory actually used: `floor(mem_mb * (mem_usage_pct / 100.0) + 0.5)` MB, the seed's
+  - memory actually used: `floor(mem_mb * (mem_usage_pct / 100.0) + 0.5)` MB, oVirt's
     `Math.round(vm.getMemSizeMb() * (vm.getUsageMemPercent() / 100.0))`;
   - CPU share on target host y: `cpu_usage_pct * vcpus / cpus(y)` percent of y.
   A VM fits on y when y's free memory >= its memory and y's free CPU % >= its share on y; placing it
@@ -24,14 +24,14 @@ The model, per the seed:
 * Host x passes when all its HA VMs fit, first fit, on the other Up hosts' free resources (fresh for
   every x). A host without HA VMs passes; one Up host alone with HA VMs fails; no hosts passes.
 
-`naive_failing_hosts` is the seed's pseudo-code as written (for x: for y != x: for v: place v on y
-if it fits), O(hosts^2 x VMs): the reference. `failing_hosts` is VM-major first fit (each VM to the
-first host it fits on), which places every VM exactly where the host-major loop does (the first
-host y takes, in order, every VM that fits it; the next host then sees the rest in order; by
-induction both orders agree). It runs all hosts x at once as rows of a (hosts-with-HA-VMs x hosts)
-matrix of free resources, one NumPy step per VM rank, so the Python work is O(max HA VMs on one
-host) steps and the array work O(HA VMs x hosts). Both do the same floating-point operations on the
-same values, so they agree exactly, not just approximately.
+`naive_failing_hosts` is oVirt's monitoring loop as designed (for x: for y != x: for v: place v on y
+if it fits), O(hosts^2 x VMs): the baseline the fast version is checked against. `failing_hosts` is
+VM-major first fit (each VM to the first host it fits on), which places every VM exactly where the
+host-major loop does (the first host y takes, in order, every VM that fits it; the next host then
+sees the rest in order; by induction both orders agree). It runs all hosts x at once as rows of a
+(hosts-with-HA-VMs x hosts) matrix of free resources, one NumPy step per VM rank, so the Python work
+is O(max HA VMs on one host) steps and the array work O(HA VMs x hosts). Both do the same
+floating-point operations on the same values, so they agree exactly, not just approximately.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class HaResult:
 
 
 def alert_message(cluster_name: str, hosts: Sequence[str]) -> str:
-    """The seed's alert text."""
+    """oVirt's CLUSTER_ALERT_HA_RESERVATION alert text."""
     return (
         f"Cluster {cluster_name} failed the HA Reservation check, HA VMs on host(s): {', '.join(hosts)} "
         "will fail to migrate in case of a failover, consider adding resources or shutting down unused VMs."
@@ -112,11 +112,11 @@ def _ha_vms(vms: Iterable[VmReport], up: set[str]) -> dict[str, list[VmReport]]:
 
 
 def vm_mem_used(vm: VmReport) -> int:
-    """Memory the VM actually uses, MB (the seed's Math.round)."""
+    """Memory the VM actually uses, MB (oVirt's Math.round, halves rounded up)."""
     return math.floor(vm.mem_mb * (vm.mem_usage_pct / 100.0) + 0.5)
 
 
-# ------------------------------------------------------------------------------------ reference
+# ------------------------------------------------------------------------------------ naive loop
 def naive_failing_hosts(
     hosts: Sequence[HostState],
     vms: Sequence[VmReport],
@@ -124,7 +124,7 @@ def naive_failing_hosts(
     *,
     count_threads_as_cores: bool = False,
 ) -> list[str]:
-    """The seed's loops, literally: failing host ids, sorted."""
+    """oVirt's monitoring loops, literally: failing host ids, sorted."""
     up = _up_hosts(hosts)
     pend = _pending_mem(pending, vms)
     ha = _ha_vms(vms, {h.report.host_id for h in up})

@@ -2,8 +2,8 @@
 
 Units see a HostTable restricted to the hosts still in play; each column is one array (or tuple)
 aligned with `ids`, so a unit is a handful of vectorized expressions, not a loop over host objects.
-Pending resources are already folded in as their own columns (seed 000: "whatever usage data is
-passed ... must pass the used and the pending resources together"); a unit adds them where its
+Pending resources are already folded in as their own columns (oVirt's scheduler API: "whatever
+usage data is passed ... must pass the used and the pending resources together"); a unit adds them where its
 formula needs. `as_of` is the decision's instant, for units that judge time (heartbeats, load
 duration): units never read the clock themselves.
 

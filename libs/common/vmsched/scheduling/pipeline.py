@@ -1,6 +1,7 @@
 """The scheduling pipeline as pure functions: candidates, filter chain, weights, selection, summary.
 
-REFERENCE.md section 1. The services split these steps across processes (filter-worker runs
+The oVirt/Nova pipeline: candidates, filters, weights, selection; with one host left there is
+nothing to weigh. The services split these steps across processes (filter-worker runs
 `run_filters`, weigher runs `run_weights`, selector does the rest); `decide` runs them all in one
 process, which is what tests and the bench's no-bus baseline use. Same code either way.
 """
@@ -165,7 +166,7 @@ def decide(
     survivors = outcome.survivors
     summary = summarize(len(hosts), len(survivors), outcome.removed)
     if len(survivors) <= 1:
-        # REFERENCE 1.5: with one host left there is nothing to weigh.
+        # As in oVirt: with one host left there is nothing to weigh.
         return LocalDecision(list(survivors.ids), outcome.removed, len(hosts), summary, None)
     table = select(survivors.ids, weights, run_weights(survivors, vm, weights), selector)
     return LocalDecision(list(table.hosts), outcome.removed, len(hosts), summary, table)

@@ -1,4 +1,4 @@
-"""Selectors: turn the raw weights of several units into one ordering of hosts (REFERENCE.md section 3).
+"""Selectors: turn the raw weights of several units into one ordering of hosts (oVirt's selection step).
 
 Raw weights of different units live on different scales (MB vs %), so a selector first maps each
 unit's raw weights onto a common footing ("points"), then sums factor x points per host:
@@ -182,7 +182,8 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
 def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
     """oVirt's RankSelector: score = sum of factor x rank points; the highest score wins.
 
-    The seed's table (001) counts rank the other way round (number of hosts better, lower wins);
+    oVirt's weight-normalization design counts rank the other way round (number of hosts better,
+    lower wins);
     its value is sum(factor) x (n - 1) - score for every host, so both give the same order.
     """
     return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True)
@@ -190,7 +191,7 @@ def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Select
 
 # ------------------------------------------------------------------------------ maximum-based
 def percent_of(raw: FloatArray, maximum: float, direction: Direction) -> FloatArray:
-    """Whole percent of `maximum`, truncated (the seed's table: 50 of 90 -> 55), lower is better.
+    """Whole percent of `maximum`, truncated (as in oVirt's normalization example: 50 of 90 -> 55), lower is better.
 
     For a higher-is-better unit the complement (100 - percent) is used so lower still wins. Negative
     weights stay negative (their magnitude is compared with |maximum|); a 0 maximum gives 0 everywhere.

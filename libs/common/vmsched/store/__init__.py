@@ -19,7 +19,6 @@ from vmsched.store.state import (
     COUNTED_STATUSES,
     CacheStats,
     StateCache,
-    StateConflict,
     StateWriter,
 )
 
@@ -35,7 +34,6 @@ __all__ = [
     "MigrationCooldowns",
     "PendingStore",
     "StateCache",
-    "StateConflict",
     "StateWriter",
     "connect",
 ]

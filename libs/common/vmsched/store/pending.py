@@ -1,4 +1,4 @@
-"""Pending resources (seed 000): what placed VMs use on their hosts until the engine confirms them.
+"""Pending resources (oVirt's scheduler design): what placed VMs use on their hosts until the engine confirms them.
 
 Per cluster, one Redis hash vm_id -> PendingEntry JSON. One record per VM, so a VM's resources are
 counted once however often it is placed, and cleared exactly once (the RUNNING report on its host,

@@ -35,7 +35,7 @@ from pydantic import ValidationError
 
 from vmsched.constants import STATE_CHANGES_MAXLEN
 from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, Message, VmReport, VmStatus
-from vmsched.errors import StaleState, UnknownCluster, VmschedError
+from vmsched.errors import StaleState, StateConflict, UnknownCluster
 from vmsched.logging import get_logger
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
@@ -59,12 +59,6 @@ MAX_CATCH_UP = 2_000
 
 #: How long StateCache.table waits for a version it was asked for before raising StaleState.
 STALE_WAIT_S = 1.0
-
-
-class StateConflict(VmschedError):
-    """The cluster's state in Redis moved on under the writer twice in a row (another writer?)."""
-
-    code = "state_conflict"
 
 
 # KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set
@@ -771,6 +765,5 @@ __all__ = [
     "STALE_WAIT_S",
     "CacheStats",
     "StateCache",
-    "StateConflict",
     "StateWriter",
 ]

@@ -368,24 +368,24 @@ def _power_advice(hosts: HostTable, props: Props, migration: Migration | None) -
 
 # ------------------------------------------------------------------------- even VM count
 def occupied_slots(hosts: HostTable, props: Props) -> FloatArray:
-    """Seed 003 getOccupiedVMSlots: running VMs (+ pending ones) + SpmVmGrace on the SPM host."""
+    """oVirt's even-VM-count getOccupiedVMSlots: running VMs (+ pending ones) + SpmVmGrace on the SPM host."""
     grace = prop_int(props, "SpmVmGrace", 5)
     return hosts.vm_count + hosts.pending_vm_count + np.where(hosts.is_spm, float(grace), 0.0)
 
 
 def even_vm_count_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> BalanceOutcome:
-    """Seed 003's balance(), exactly: the worst host is the first Up host with the most occupied
-    slots, if it has more than HighVmCount; the targets are the Up (enabled) hosts with at least
-    MigrationThreshold fewer slots; the VM is the worst host's least CPU-hungry movable VM. No
-    migration when there is no worst host, no target, or the worst host has no movable VM (the seed
-    does not fall back to another host)."""
+    """oVirt's even-VM-count balancing rule (OptimalForEvenGuestDistribution), exactly: the worst
+    host is the first Up host with the most occupied slots, if it has more than HighVmCount; the
+    targets are the Up (enabled) hosts with at least MigrationThreshold fewer slots; the VM is the
+    worst host's least CPU-hungry movable VM. No migration when there is no worst host, no target,
+    or the worst host has no movable VM (oVirt does not fall back to another host)."""
     high = prop_int(props, "HighVmCount", 10)
     threshold = prop_int(props, "MigrationThreshold", 5)
     slots = occupied_slots(hosts, props)
     up = np.flatnonzero(hosts.up)
     if len(up) == 0:
         return BalanceOutcome()
-    worst = int(up[int(np.argmax(slots[up]))])  # argmax: the first of the maxima, as the seed's ">"
+    worst = int(up[int(np.argmax(slots[up]))])  # argmax: the first of the maxima, as oVirt's strict ">"
     worst_slots = float(slots[worst])
     if worst_slots <= high:
         return BalanceOutcome()
@@ -403,10 +403,10 @@ def even_vm_count_balance(hosts: HostTable, vms: Sequence[VmReport], props: Prop
 
 # ------------------------------------------------------------------------- HA reservation
 def ha_reservation_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> BalanceOutcome:
-    """oVirt HaReservationBalancePolicyUnit, with seed 004's threshold: for clusters with HA
+    """oVirt HaReservationBalancePolicyUnit, with the threshold of oVirt's HA reservation design: for clusters with HA
     reservation on and at least two Up hosts, optimal = ceil(HA VMs on Up hosts / Up hosts); a host
-    is over-utilized when its HA VM count > optimal x OverUtilization / 100 (seed 004: optimal 2 at
-    200% moves nothing until a host has 5). The most loaded such host (first on ties) that has a
+    is over-utilized when its HA VM count > optimal x OverUtilization / 100 (oVirt's example: optimal 2
+    at 200% moves nothing until a host has 5). The most loaded such host (first on ties) that has a
     movable HA VM gives up its least CPU-hungry one to the Up hosts below optimal.
 
     oVirt picks the host and the VM at random and compares the targets' count with the

@@ -30,7 +30,7 @@ import numpy as np
 
 from vmsched.contracts import VmReport, VmSpec
 from vmsched.contracts.base import MAX_PROPERTY_VALUE
-from vmsched.errors import InvalidProperty, SchedulingError
+from vmsched.errors import InvalidProperty, PropertyTooLong
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units.regex_audit import ambiguity
 
@@ -140,19 +140,6 @@ class PolicyUnit:
         return tuple(k for k, fn in kinds if fn is not None)
 
 
-class PropertyTooLong(InvalidProperty):
-    """A property value longer than MAX_PROPERTY_VALUE: refused before its regex runs."""
-
-    def __init__(self, unit: str, prop: str, value: str, regex: str) -> None:
-        SchedulingError.__init__(
-            self,
-            f"property {prop} of unit {unit} is {len(value)} characters long; the limit is {MAX_PROPERTY_VALUE} "
-            f"(starts {value[:40]!r})",
-            location=f"properties.{prop}",
-        )
-        self.unit, self.prop, self.value, self.regex = unit, prop, value, regex
-
-
 def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
     """The unit's properties from `props` (defaults filled in), each checked against its regex.
 
@@ -169,7 +156,7 @@ def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
     # Every length first: no regex runs while any value is over the bound.
     for name, text in given:
         if len(text) > MAX_PROPERTY_VALUE:
-            raise PropertyTooLong(unit.name, name, text, unit.properties[name].regex)
+            raise PropertyTooLong(unit.name, name, text, unit.properties[name].regex, MAX_PROPERTY_VALUE)
     values = dict(given)
     out: list[tuple[str, str]] = []
     for name, spec in unit.properties.items():
@@ -264,7 +251,6 @@ __all__ = [
     "FilterVerdict",
     "PolicyUnit",
     "PropertySpec",
-    "PropertyTooLong",
     "Props",
     "ValidationCache",
     "WeightFn",

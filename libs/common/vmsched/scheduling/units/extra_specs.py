@@ -2,8 +2,8 @@
 
 Extra specs (ComputeCapabilitiesFilter, AggregateInstanceExtraSpecsFilter)
 -------------------------------------------------------------------------
-`match(value, requirement)`: the requirement's first word is the operator (REFERENCE.md section 2,
-Nova's ``extra_specs_ops``):
+`match(value, requirement)`: the requirement's first word is the operator (Nova's
+``extra_specs_ops``):
 
 ==============  =====================================================================
 ``= x``         value >= x as numbers (*not* equality: "at least", like vCPUs)
@@ -68,6 +68,8 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+from vmsched.errors import InvalidQuery
 
 # ------------------------------------------------------------------------------------- operators
 _NUMERIC: dict[str, Callable[[float, float], bool]] = {
@@ -196,10 +198,6 @@ def lookup(root: Any, path: Sequence[str]) -> Any:
 
 
 # -------------------------------------------------------------------------------------- JsonFilter
-class InvalidQuery(ValueError):
-    """A JsonFilter query the grammar cannot evaluate."""
-
-
 #: Deeper queries are refused (a request could otherwise exhaust the recursion limit).
 MAX_QUERY_DEPTH = 64
 
@@ -303,7 +301,6 @@ __all__ = [
     "OPERATORS",
     "OR",
     "QUERY_OPERATORS",
-    "InvalidQuery",
     "Resolver",
     "check_query",
     "evaluate_query",

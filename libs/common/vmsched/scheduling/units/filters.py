@@ -7,8 +7,8 @@ only for the hosts it removes. The formulas follow oVirt's engine (MemoryPolicyU
 CPUPolicyUnit, NetworkPolicyUnit, PinToHostPolicyUnit, MigrationPolicyUnit, SwapFilterPolicyUnit,
 CpuOverloadPolicyUnit, CpuTopologyPolicyUnit, HugePagesFilterPolicyUnit,
 EmulatedMachineFilterPolicyUnit, CpuLevelFilterPolicyUnit, ClusterInMaintenanceFilterPolicyUnit,
-MigrationDomainPolicyUnit); where REFERENCE.md describes a different shipped behaviour, REFERENCE.md
-wins and the difference is noted at the unit.
+MigrationDomainPolicyUnit); where vmsched deliberately differs from the engine's code, the
+difference and its reason are noted at the unit.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def cpu_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
 
     Host CPUs are cores, or threads when the cluster counts threads as cores; CPUs pinned exclusively
     by running and pending VMs are not available to anyone else. oVirt keeps a host whose core count
-    is unknown; REFERENCE.md says such a host is removed, since nothing about it can be checked.
+    is unknown; vmsched removes it, since nothing about it can be checked.
     """
     cpus = hosts.effective_cpus
     pinned = hosts.cpus_pinned + hosts.pending_cpus_pinned
@@ -214,7 +214,7 @@ def migration_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
     """On a migration, the source host is not a destination.
 
     Newer oVirt keeps the source host in this filter ("for balancing purposes") and drops it later;
-    REFERENCE.md's pipeline removes it here, which keeps the explanation in one place.
+    vmsched removes it here, which keeps the explanation in one place.
     """
     keep = ~current_host_mask(hosts, vm)
     return FilterVerdict.from_mask(hosts, keep, lambda i: "the VM already runs on this host")
@@ -274,8 +274,8 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
     is unknown is removed, as in oVirt (its load per core means nothing).
 
     Deviation: oVirt compares the current load with an "all cores above HighUtilization" threshold,
-    round((100 x cores - (100 - High)) / cores) (95% on a 4-core host at High 80); REFERENCE.md
-    states the shipped rule as load > HighUtilization, which vmsched uses.
+    round((100 x cores - (100 - High)) / cores) (95% on a 4-core host at High 80); vmsched uses
+    the plain rule load > HighUtilization, which is what the property means to the user setting it.
 
     Cost: a short loop per host that walks samples back from the newest and stops at the first one
     under the threshold, so a host that is not over costs one comparison.
@@ -383,8 +383,9 @@ def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
     a host's whole pending memory as pages of the VM's size (ceil(pending MB x 1024 / size)). That
     can over-count (pending VMs without huge pages, or with another size) but never under-counts,
     so two concurrent decisions cannot promise the same pages; an over-count lasts only while the
-    pending records live, and the retry-on-pending-change step (seed 000) covers it. Exact
-    accounting needs a pending huge-pages-by-size column (see the report).
+    pending records live, and the retry-on-pending-change step (oVirt's: no host but
+    pending resources -> wait for them to change and try again) covers it. Exact accounting would
+    need a pending huge-pages-by-size column.
     """
     if not vm.hugepages:
         return FilterVerdict.keep_all(hosts)

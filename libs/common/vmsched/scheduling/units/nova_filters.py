@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 
 from vmsched.contracts import VmSpec
+from vmsched.errors import InvalidQuery
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit, PropertySpec, Props, prop_float, prop_int
 from vmsched.scheduling.units.extra_specs import (
     AGGREGATE_SCOPE,
     CAPABILITIES_SCOPE,
-    InvalidQuery,
     check_query,
     evaluate_query,
     lookup,

@@ -24,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from vmsched.errors import UnsupportedRegex
+
 _parser: Any = importlib.import_module("re._parser")
 _c: Any = importlib.import_module("re._constants")
 
@@ -41,10 +43,6 @@ _CATEGORIES = {
     _c.CATEGORY_WORD: re.compile(r"\w"),
     _c.CATEGORY_NOT_WORD: re.compile(r"\W"),
 }
-
-
-class UnsupportedRegex(ValueError):
-    """The regex uses a construct the check cannot reason about (backreference, lookaround)."""
 
 
 @dataclass
@@ -175,4 +173,4 @@ def ambiguity(regex: str) -> str | None:
     return None
 
 
-__all__ = ["UnsupportedRegex", "ambiguity"]
+__all__ = ["ambiguity"]
