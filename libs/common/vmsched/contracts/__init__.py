@@ -2,15 +2,12 @@
 from these by `vmsched contracts`; changing a model means regenerating and committing it."""
 
 from vmsched.contracts.balance import (
-    HaAlert,
-    HaCheckRequest,
-    HaRecovered,
-    HaReport,
     MigrationDecision,
     PowerAction,
     PowerActionKind,
 )
 from vmsched.contracts.base import Id, Message, Name
+from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
 from vmsched.contracts.scheduling import (
     AffinityGroup,
     AffinityRule,

@@ -16,14 +16,11 @@ from pydantic.json_schema import models_json_schema
 
 from vmsched import constants as c
 from vmsched.contracts.balance import (
-    HaAlert,
-    HaCheckRequest,
-    HaRecovered,
-    HaReport,
     MigrationDecision,
     PowerAction,
 )
 from vmsched.contracts.base import Message
+from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
 from vmsched.contracts.state import ClusterReport, ClusterState, HostReport, VmReport
 from vmsched.contracts.workers import (
