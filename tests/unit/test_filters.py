@@ -13,12 +13,12 @@ from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.filters import (
     FILTER_UNITS,
     cpu_filter,
-    fmt_num,
     memory_filter,
     migration_filter,
     network_filter,
     pin_to_host_filter,
 )
+from vmsched.scheduling.units.helpers import fmt_num
 from vmsched.scheduling.units.registry import REGISTRY
 
 

@@ -43,7 +43,7 @@ from vmsched.scheduling.units.base import (
     prop_bool,
     prop_int,
 )
-from vmsched.scheduling.units.filters import VCPU_CONSUMPTION_PCT, fmt_num, max_scheduling_memory_mb, spm_load_share
+from vmsched.scheduling.units.helpers import VCPU_CONSUMPTION_PCT, fmt_num, max_scheduling_memory_mb, spm_load_share
 
 #: oVirt UtilizationThresholdInPercent: even distribution's destinations are below
 #: min(this % of HighUtilization, HighUtilization - VcpuConsumptionPercentage).

@@ -44,7 +44,7 @@ from vmsched.scheduling.units.extra_specs import (
     spec_path,
     spec_string,
 )
-from vmsched.scheduling.units.filters import fmt_num, vm_memory_need_mb
+from vmsched.scheduling.units.helpers import fmt_num, vm_memory_need_mb
 
 #: How many items (tenants, zones, hosts) a reason lists before "and N more".
 _MAX_LISTED = 5

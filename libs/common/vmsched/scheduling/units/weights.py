@@ -27,7 +27,7 @@ from vmsched.scheduling.units.balance import (
     power_saving_balance,
 )
 from vmsched.scheduling.units.base import PolicyUnit, PropertySpec, Props, prop_bool, prop_float, prop_int
-from vmsched.scheduling.units.filters import (
+from vmsched.scheduling.units.helpers import (
     CPU_OVERCOMMIT_DURATION,
     HIGH_UTILIZATION,
     SPM_VCPU_CONSUMPTION,
@@ -38,7 +38,7 @@ from vmsched.scheduling.units.filters import (
 )
 
 # VCPU_CONSUMPTION_PCT and SPM_VCPU_CONSUMPTION (oVirt engine config) and the HighUtilization /
-# CpuOverCommitDurationMinutes properties live in filters.py, which CPUOverloaded shares them from.
+# CpuOverCommitDurationMinutes properties live in units/helpers.py, shared with CPUOverloaded.
 #: oVirt MaxSchedulerWeight: the scale of the memory weight.
 MAX_SCHEDULER_WEIGHT: Final = 1000.0
 #: oVirt multiplies the CPU weight by this when placing the VM would exceed VCpuToPhysicalCpuRatio.
