@@ -1,6 +1,6 @@
 """Balance units (units/balance.py): hand-computed cases, seed 003's worked example, invariants.
 
-Hosts come from hostfactory (4 cores, 4096 MB, no reserve, idle unless told otherwise).
+Hosts come from tests.factories (4 cores, 4096 MB, no reserve, idle unless told otherwise).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import CLUSTER, host, pend, table
+from tests.factories import CLUSTER, host, pend, table
 from vmsched.contracts import ClusterReport, HostState, HostStatus, VmReport, VmStatus
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.balance import (

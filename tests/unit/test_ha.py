@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, pend
+from tests.factories import host, pend
 from vmsched.contracts import HostState, HostStatus, PendingEntry, VmReport, VmStatus
 from vmsched.scheduling import ha
 from vmsched.scheduling.ha import alert_message, check, failing_hosts, naive_failing_hosts, vm_mem_used
