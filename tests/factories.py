@@ -54,9 +54,11 @@ def host_report(cluster_id: str, host_id: str, **kw: Any) -> HostReport:
     return HostReport.model_validate(fields)
 
 
-def vm_report(cluster_id: str, vm_id: str, host_id: str | None, **kw: Any) -> VmReport:
-    """A RUNNING VM on `host_id`; mem_mb and vcpus are the caller's."""
-    fields: dict[str, Any] = {"cluster_id": cluster_id, "vm_id": vm_id, "host_id": host_id, "status": VmStatus.RUNNING}
+def vm_report(
+    cluster_id: str, vm_id: str, host_id: str | None, status: VmStatus = VmStatus.RUNNING, **kw: Any
+) -> VmReport:
+    """A VM in `status` on `host_id`; mem_mb and vcpus are the caller's."""
+    fields: dict[str, Any] = {"cluster_id": cluster_id, "vm_id": vm_id, "host_id": host_id, "status": status}
     fields.update(kw)
     return VmReport.model_validate(fields)
 
