@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.factories import host_report, vm_report
+from tests.integration.conftest import services
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
@@ -23,7 +24,6 @@ from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.scheduling.ha import alert_message
 from vmsched.settings import Settings
-from vmsched_services.runner import run
 
 pytestmark = pytest.mark.integration
 
@@ -32,18 +32,8 @@ pytestmark = pytest.mark.integration
 async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
     await migrate(database)
     cfg = settings.model_copy(update={"postgres_url": database, "ha_interval_s": 0.5, "lease_ttl_s": 2.0})
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(["state-tracker", "ha-monitor"], cfg, stop=stop, ready=ready))
-    await asyncio.wait_for(ready.wait(), 30)
-    yield cfg
-    stop.set()
-    await asyncio.wait_for(task, 10)
-
-
-@pytest.fixture
-async def client(stack: Settings) -> AsyncIterator[SchedulerClient]:
-    async with SchedulerClient(stack) as cl:
-        yield cl
+    async with services(cfg, "state-tracker", "ha-monitor"):
+        yield cfg
 
 
 async def set_ha(cfg: Settings, cluster: str, on: bool) -> None:
