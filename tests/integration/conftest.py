@@ -1,7 +1,8 @@
-"""Fixtures for integration tests that run services in this process.
+"""Helpers for integration tests that run services in this process.
 
 A test module defines its own `stack` fixture (which services, which settings), usually as
-`async with services(cfg, "state-tracker", ...) as cfg: yield cfg`; `client` then talks to it.
+`async with services(cfg, "state-tracker", ...): yield cfg`; the `client` fixture (tests/conftest.py)
+then talks to it.
 """
 
 from __future__ import annotations
@@ -10,9 +11,6 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-import pytest
-
-from vmsched.client import SchedulerClient
 from vmsched.settings import Settings
 from vmsched_services.runner import run
 
@@ -32,10 +30,3 @@ async def services(cfg: Settings, *names: str) -> AsyncIterator[Settings]:
     finally:
         stop.set()
         await asyncio.wait_for(task, STOP_TIMEOUT_S)
-
-
-@pytest.fixture
-async def client(stack: Settings) -> AsyncIterator[SchedulerClient]:
-    """A SchedulerClient (the engine's side) on the module's `stack` settings."""
-    async with SchedulerClient(stack) as cl:
-        yield cl
