@@ -19,7 +19,6 @@ from vmsched.contracts import (
     DecisionStatus,
     ScheduleDecision,
     ScheduleRequest,
-    VmReport,
     VmSpec,
     VmStatus,
 )
@@ -148,7 +147,7 @@ async def test_no_host_but_pending_waits_for_it_to_clear_and_retries_once(client
 
     async def start_fails_soon() -> None:
         await asyncio.sleep(0.15)
-        await client.report_vm(VmReport(cluster_id=cluster, vm_id="vm-a", status=VmStatus.FAILED, mem_mb=1024, vcpus=1))
+        await client.report_vm(factories.vm_report(cluster, "vm-a", None, VmStatus.FAILED, mem_mb=1024, vcpus=1))
 
     failing = asyncio.create_task(start_fails_soon())
     second = await client.schedule(cluster, small_vm("b"))
@@ -299,21 +298,11 @@ async def test_a_start_that_ends_elsewhere_or_fails_is_remembered_against_its_ho
     try:
         moved = await client.schedule(cluster, small_vm("moved"))
         elsewhere = next(h for h in hosts if h != moved.host_id)
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id="vm-moved", status=VmStatus.RUNNING, host_id=elsewhere, mem_mb=1024, vcpus=1
-            )
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-moved", elsewhere, mem_mb=1024, vcpus=1))
         failed = await client.schedule(cluster, small_vm("failed"))
-        await client.report_vm(
-            VmReport(cluster_id=cluster, vm_id="vm-failed", status=VmStatus.FAILED, mem_mb=1024, vcpus=1)
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-failed", None, VmStatus.FAILED, mem_mb=1024, vcpus=1))
         fine = await client.schedule(cluster, small_vm("fine"))
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id="vm-fine", status=VmStatus.RUNNING, host_id=fine.host_id, mem_mb=1024, vcpus=1
-            )
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-fine", fine.host_id, mem_mb=1024, vcpus=1))
         for _ in range(50):  # the tracker applies reports asynchronously
             if await redis.exists(keys.tried(cluster, "vm-failed")):
                 break
