@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -17,6 +18,10 @@ import redis.asyncio as aioredis
 from tests import servers
 from vmsched.logging import configure
 from vmsched.settings import Settings
+
+if TYPE_CHECKING:
+    from vmsched.client import SchedulerClient
+    from vmsched.procs import ServiceStack
 
 TEST_REDIS_DB = 15
 
@@ -127,3 +132,17 @@ async def database(settings: Settings) -> AsyncIterator[str]:
 def unique() -> str:
     """A short id for names a single test owns (cluster ids, host ids)."""
     return uuid.uuid4().hex[:8]
+
+
+@pytest.fixture
+async def client(stack: Settings | ServiceStack) -> AsyncIterator[SchedulerClient]:
+    """A SchedulerClient (the engine's side) on the services of the test's `stack`.
+
+    Integration modules define `stack` as the Settings of services running in this process; the
+    e2e `stack` is a ServiceStack of processes, whose settings the client shares.
+    """
+    from vmsched.client import SchedulerClient
+
+    cfg = stack if isinstance(stack, Settings) else stack.settings
+    async with SchedulerClient(cfg) as cl:
+        yield cl

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from vmsched.client import SchedulerClient
 from vmsched.db import migrate
 from vmsched.procs import ServiceProcess, ServiceStack
 from vmsched.settings import Settings
@@ -53,13 +52,6 @@ async def stack(service_settings: Settings, tmp_path: Path) -> AsyncIterator[Ser
         yield s
     finally:
         await s.close()
-
-
-@pytest.fixture
-async def client(stack: ServiceStack) -> AsyncIterator[SchedulerClient]:
-    """A SchedulerClient (the engine's side) on the services' settings."""
-    async with SchedulerClient(stack.settings) as cl:
-        yield cl
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 
 from tests.e2e.conftest import ServiceStack
+from tests.factories import host_report, vm_report
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, HostReport, HostStatus, MigrationDecision, VmReport, VmStatus
+from vmsched.contracts import ClusterReport, MigrationDecision
 from vmsched.db import PolicyRepository
 from vmsched.db import connect as connect_pg
 
@@ -19,18 +21,8 @@ pytestmark = pytest.mark.e2e
 INTERVAL_S = 1.0
 
 
-def host(cluster: str, host_id: str, cpu: float, at: datetime) -> HostReport:
-    return HostReport(
-        cluster_id=cluster,
-        host_id=host_id,
-        status=HostStatus.UP,
-        cpu_cores=16,
-        cpu_usage_pct=cpu,
-        physical_mem_mb=65536,
-        mem_free_mb=60000,
-        reserved_mem_mb=0,
-        reported_at=at,
-    )
+#: 16-core 64 GB hosts, mostly free, no reserved memory; each test gives the CPU load and its time.
+host = partial(host_report, cpu_cores=16, physical_mem_mb=65536, mem_free_mb=60000, reserved_mem_mb=0)
 
 
 async def test_a_hot_host_gets_a_migration_then_the_cluster_calms_down(stack: ServiceStack, unique: str) -> None:
@@ -54,22 +46,12 @@ async def test_a_hot_host_gets_a_migration_then_the_cluster_calms_down(stack: Se
         now = datetime.now(UTC)
         await client.report_cluster(ClusterReport(cluster_id=cluster))
         for cool, cpu in (("cool-1", 10.0), ("cool-2", 30.0)):
-            await client.report_host(host(cluster, cool, cpu, now))
+            await client.report_host(host(cluster, cool, cpu_usage_pct=cpu, reported_at=now))
         for i, usage in enumerate((40.0, 60.0, 90.0)):
-            await client.report_vm(
-                VmReport(
-                    cluster_id=cluster,
-                    vm_id=f"vm-{i}",
-                    status=VmStatus.RUNNING,
-                    host_id="hot",
-                    mem_mb=2048,
-                    vcpus=2,
-                    cpu_usage_pct=usage,
-                )
-            )
+            await client.report_vm(vm_report(cluster, f"vm-{i}", "hot", mem_mb=2048, vcpus=2, cpu_usage_pct=usage))
         # the drift: "hot" has been at 93% for the last 100 seconds
         for ago in (100, 70, 40, 10):
-            await client.report_host(host(cluster, "hot", 93.0, now - timedelta(seconds=ago)))
+            await client.report_host(host(cluster, "hot", cpu_usage_pct=93.0, reported_at=now - timedelta(seconds=ago)))
         await client.wait_for_state(cluster, hosts=3)
 
         m = await asyncio.wait_for(got.get(), 10 * INTERVAL_S)
@@ -82,18 +64,8 @@ async def test_a_hot_host_gets_a_migration_then_the_cluster_calms_down(stack: Se
         assert "80" in m.reason
 
         # the engine migrates it, and the host cools down
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster,
-                vm_id=m.vm_id,
-                status=VmStatus.RUNNING,
-                host_id=m.target_host,
-                mem_mb=2048,
-                vcpus=2,
-                cpu_usage_pct=40.0,
-            )
-        )
-        await client.report_host(host(cluster, "hot", 55.0, datetime.now(UTC)))
+        await client.report_vm(vm_report(cluster, m.vm_id, m.target_host, mem_mb=2048, vcpus=2, cpu_usage_pct=40.0))
+        await client.report_host(host(cluster, "hot", cpu_usage_pct=55.0, reported_at=datetime.now(UTC)))
         # recovered: no further migration over several cycles
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(got.get(), 4 * INTERVAL_S)
@@ -124,18 +96,10 @@ async def test_killing_the_lease_holder_hands_the_cluster_to_another_balancer(st
             await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
             await client.report_cluster(ClusterReport(cluster_id=cluster))
             for h in ("full", "empty"):
-                await client.report_host(host(cluster, h, 10.0, datetime.now(UTC)))
+                await client.report_host(host(cluster, h, cpu_usage_pct=10.0, reported_at=datetime.now(UTC)))
             for i in range(14):  # 14 vs 0 VMs: several migrations' worth of imbalance
                 await client.report_vm(
-                    VmReport(
-                        cluster_id=cluster,
-                        vm_id=f"vm-{i:02d}",
-                        status=VmStatus.RUNNING,
-                        host_id="full",
-                        mem_mb=512,
-                        vcpus=1,
-                        cpu_usage_pct=float(i),
-                    )
+                    vm_report(cluster, f"vm-{i:02d}", "full", mem_mb=512, vcpus=1, cpu_usage_pct=float(i))
                 )
             await client.wait_for_state(cluster, hosts=2)
             first = await asyncio.wait_for(got.get(), 10 * INTERVAL_S)

@@ -15,21 +15,20 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tests import factories
 from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
-    ClusterReport,
     DecisionStatus,
     Explanation,
-    HostReport,
-    HostStatus,
     ScheduleDecision,
-    VmSpec,
 )
 
 pytestmark = pytest.mark.e2e
@@ -40,31 +39,21 @@ HOST_MEM_MB = 8192
 SCHEDULE_TIMEOUT_S = 15.0
 
 
-async def make_cluster(client: SchedulerClient, cluster: str, n: int) -> list[str]:
-    """Report a cluster with `n` hosts (different sizes and loads) and wait until the tracker has them."""
-    await client.report_cluster(ClusterReport(cluster_id=cluster))
-    ids = [f"{cluster}-h{i}" for i in range(n)]
-    for i, hid in enumerate(ids):
-        mem = HOST_MEM_MB + 1024 * i
-        await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=hid,
-                status=HostStatus.UP,
-                cpu_cores=8 + 2 * (i % 3),
-                cpu_usage_pct=float(5 * (i % 4)),
-                physical_mem_mb=mem,
-                mem_free_mb=mem - 512 * (i % 3),
-                reserved_mem_mb=0,
-                networks=["vmnet"],
-            )
-        )
-    await client.wait_for_state(cluster, hosts=n, timeout=15)
-    return ids
+def _sized(i: int) -> dict[str, Any]:
+    """Host i of a cluster: hosts differ in size and load."""
+    mem = HOST_MEM_MB + 1024 * i
+    return {
+        "cpu_cores": 8 + 2 * (i % 3),
+        "cpu_usage_pct": float(5 * (i % 4)),
+        "physical_mem_mb": mem,
+        "mem_free_mb": mem - 512 * (i % 3),
+    }
 
 
-def vm(name: str, mem_mb: int = 1024, vcpus: int = 1) -> VmSpec:
-    return VmSpec(vm_id=name, mem_mb=mem_mb, vcpus=vcpus)
+#: A cluster of `n` hosts (different sizes and loads, no reserved memory), once the tracker has them.
+make_cluster = partial(factories.make_cluster, timeout=15, vary=_sized, reserved_mem_mb=0, networks=["vmnet"])
+#: A 1024 MB 1-vCPU VM unless told otherwise.
+vm = partial(factories.vm_spec, mem_mb=1024, vcpus=1)
 
 
 @contextlib.asynccontextmanager

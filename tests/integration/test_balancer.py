@@ -7,15 +7,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from tests.factories import host_report, vm_report
+from tests.integration.conftest import services
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, HostReport, HostStatus, MigrationDecision, VmReport, VmStatus
+from vmsched.contracts import ClusterReport, MigrationDecision
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched_services.balancer.service import Balancer
-from vmsched_services.runner import run
 
 pytestmark = pytest.mark.integration
 
@@ -35,14 +36,8 @@ async def balancing(settings: Settings, database: str) -> AsyncIterator[Settings
             "migration_cooldown_s": 30.0,
         }
     )
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        run(["state-tracker", "filter-worker", "weigher", "selector", "balancer"], cfg, stop=stop, ready=ready)
-    )
-    await asyncio.wait_for(ready.wait(), 30)
-    yield cfg
-    stop.set()
-    await task
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "balancer"):
+        yield cfg
 
 
 async def crowded_cluster(client: SchedulerClient, cfg: Settings, cluster: str, counts: dict[str, int]) -> None:
@@ -56,28 +51,12 @@ async def crowded_cluster(client: SchedulerClient, cfg: Settings, cluster: str, 
     await client.report_cluster(ClusterReport(cluster_id=cluster))
     for host in counts:
         await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=host,
-                status=HostStatus.UP,
-                cpu_cores=32,
-                physical_mem_mb=262144,
-                mem_free_mb=200000,
-                reserved_mem_mb=0,
-            )
+            host_report(cluster, host, cpu_cores=32, physical_mem_mb=262144, mem_free_mb=200000, reserved_mem_mb=0)
         )
     for host, n in counts.items():
         for i in range(n):
             await client.report_vm(
-                VmReport(
-                    cluster_id=cluster,
-                    vm_id=f"{host}-vm{i}",
-                    status=VmStatus.RUNNING,
-                    host_id=host,
-                    mem_mb=1024,
-                    vcpus=1,
-                    cpu_usage_pct=float(10 + i),
-                )
+                vm_report(cluster, f"{host}-vm{i}", host, mem_mb=1024, vcpus=1, cpu_usage_pct=float(10 + i))
             )
     await client.wait_for_state(cluster, hosts=len(counts))
 
@@ -107,17 +86,7 @@ async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(bal
             assert m.vm_id == f"a-vm{moved}"
             moved += 1
             # the engine carries the migration out: the VM now runs on the target
-            await client.report_vm(
-                VmReport(
-                    cluster_id=cluster,
-                    vm_id=m.vm_id,
-                    status=VmStatus.RUNNING,
-                    host_id=m.target_host,
-                    mem_mb=1024,
-                    vcpus=1,
-                    cpu_usage_pct=10.0,
-                )
-            )
+            await client.report_vm(vm_report(cluster, m.vm_id, m.target_host, mem_mb=1024, vcpus=1, cpu_usage_pct=10.0))
             assert moved < 10, "the balancer does not stop"
         # 13 VMs on a: 13-2 >= 5 and 13 > 10 -> move; 12 -> move; 11 -> move; 10 is not above HighVmCount
         assert moved == 3

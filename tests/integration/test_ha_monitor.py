@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import pytest
 
+from tests.factories import host_report, vm_report
+from tests.integration.conftest import services
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
@@ -16,16 +19,11 @@ from vmsched.contracts import (
     HaCheckRequest,
     HaRecovered,
     HaReport,
-    HostReport,
-    HostStatus,
-    VmReport,
-    VmStatus,
 )
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.scheduling.ha import alert_message
 from vmsched.settings import Settings
-from vmsched_services.runner import run
 
 pytestmark = pytest.mark.integration
 
@@ -34,18 +32,8 @@ pytestmark = pytest.mark.integration
 async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
     await migrate(database)
     cfg = settings.model_copy(update={"postgres_url": database, "ha_interval_s": 0.5, "lease_ttl_s": 2.0})
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(["state-tracker", "ha-monitor"], cfg, stop=stop, ready=ready))
-    await asyncio.wait_for(ready.wait(), 30)
-    yield cfg
-    stop.set()
-    await asyncio.wait_for(task, 10)
-
-
-@pytest.fixture
-async def client(stack: Settings) -> AsyncIterator[SchedulerClient]:
-    async with SchedulerClient(stack) as cl:
-        yield cl
+    async with services(cfg, "state-tracker", "ha-monitor"):
+        yield cfg
 
 
 async def set_ha(client: SchedulerClient, cfg: Settings, cluster: str, on: bool) -> None:
@@ -58,29 +46,9 @@ async def set_ha(client: SchedulerClient, cfg: Settings, cluster: str, on: bool)
     await client.policy_changed(cluster_id=cluster)
 
 
-def host(cluster: str, host_id: str, mem_free_mb: int) -> HostReport:
-    return HostReport(
-        cluster_id=cluster,
-        host_id=host_id,
-        status=HostStatus.UP,
-        cpu_cores=8,
-        physical_mem_mb=65536,
-        mem_free_mb=mem_free_mb,
-    )
-
-
-def ha_vm(cluster: str, vm_id: str, host_id: str, mem_mb: int = 4096) -> VmReport:
-    return VmReport(
-        cluster_id=cluster,
-        vm_id=vm_id,
-        status=VmStatus.RUNNING,
-        host_id=host_id,
-        mem_mb=mem_mb,
-        vcpus=2,
-        mem_usage_pct=100.0,
-        cpu_usage_pct=10.0,
-        ha=True,
-    )
+#: 8-core 64 GB hosts (the model's reserved memory), and HA VMs using all of their memory and 10% CPU.
+host = partial(host_report, cpu_cores=8, physical_mem_mb=65536)
+ha_vm = partial(vm_report, mem_mb=4096, vcpus=2, mem_usage_pct=100.0, cpu_usage_pct=10.0, ha=True)
 
 
 async def check(client: SchedulerClient, cluster: str) -> HaReport:
@@ -97,8 +65,8 @@ async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, st
     try:
         # h1 runs two 4 GB HA VMs; h2 has room for one: h1 fails. h2's VM fits on h1.
         await client.report_cluster(ClusterReport(cluster_id=cluster))
-        await client.report_host(host(cluster, "h1", 32768))
-        await client.report_host(host(cluster, "h2", 6000))
+        await client.report_host(host(cluster, "h1", mem_free_mb=32768))
+        await client.report_host(host(cluster, "h2", mem_free_mb=6000))
         for vm_id, on in (("v1", "h1"), ("v2", "h1"), ("v3", "h2")):
             await client.report_vm(ha_vm(cluster, vm_id, on))
         alert = await asyncio.wait_for(events.get(), 15)
@@ -120,7 +88,7 @@ async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, st
         assert events.empty()
 
         # A second big host makes the cluster safe.
-        await client.report_host(host(cluster, "h3", 32768))
+        await client.report_host(host(cluster, "h3", mem_free_mb=32768))
         recovered = await asyncio.wait_for(events.get(), 15)
         assert isinstance(recovered, HaRecovered)
         assert recovered.previously_failing == ["h1"]
@@ -138,7 +106,7 @@ async def test_cluster_with_ha_reservation_off(client: SchedulerClient, stack: S
     sub = await client.bus.subscribe([c.ha_alert_key(cluster)], [HaAlert], events.put)
     try:
         await client.report_cluster(ClusterReport(cluster_id=cluster))
-        await client.report_host(host(cluster, "h1", 32768))
+        await client.report_host(host(cluster, "h1", mem_free_mb=32768))
         await client.report_vm(ha_vm(cluster, "v1", "h1"))
         await client.wait_for_state(cluster, hosts=1)
         report = await check(client, cluster)

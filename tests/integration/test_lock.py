@@ -6,12 +6,11 @@ import asyncio
 import itertools
 import random
 import time
-import uuid
 
 import pytest
 import redis.asyncio as aioredis
 
-from vmsched.contracts import PendingEntry
+from tests.factories import pending_entry
 from vmsched.errors import FencedOut, LockTimeout
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
@@ -27,18 +26,6 @@ def lock_settings(settings: Settings) -> Settings:
 @pytest.fixture
 def locks(redis_client: aioredis.Redis, lock_settings: Settings) -> ClusterLock:
     return ClusterLock(redis_client, lock_settings)
-
-
-def _entry(vm_id: str, token: int) -> PendingEntry:
-    return PendingEntry(
-        vm_id=vm_id,
-        host_id="h1",
-        mem_mb=1024,
-        vcpus=2,
-        request_id=uuid.uuid4(),
-        fencing_token=token,
-        expires_at=time.time() + 60,
-    )
 
 
 async def test_mutual_exclusion_and_increasing_tokens(locks: ClusterLock, unique: str) -> None:
@@ -153,12 +140,12 @@ async def test_stalled_holder_write_is_fenced_out(
     async with locks.hold(cluster) as fresh:  # ... and another scheduler takes the lock
         before = await pending.version(cluster)
         with pytest.raises(FencedOut):
-            await pending.record(cluster, [_entry("vm-stale", stalled.token)], stalled.token)
+            await pending.record(cluster, [pending_entry("vm-stale", "h1", stalled.token)], stalled.token)
         assert await pending.read(cluster) == []
         assert await pending.version(cluster) == before
         assert not await redis_client.exists(Keys(lock_settings.redis_prefix).pending(cluster))
 
-        await pending.record(cluster, [_entry("vm-fresh", fresh.token)], fresh.token)
+        await pending.record(cluster, [pending_entry("vm-fresh", "h1", fresh.token)], fresh.token)
         assert [e.vm_id for e in await pending.read(cluster)] == ["vm-fresh"]
 
 

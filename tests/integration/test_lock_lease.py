@@ -14,13 +14,12 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis.asyncio as aioredis
 
-from vmsched.contracts import PendingEntry
+from tests.factories import pending_entry
 from vmsched.errors import FencedOut, LockTimeout
 from vmsched.procs import settings_env
 from vmsched.settings import Settings
@@ -109,18 +108,6 @@ async def _token_of(proc: subprocess.Popen[str]) -> int:
     return int(said.split()[1])
 
 
-def _entry(vm_id: str, token: int) -> PendingEntry:
-    return PendingEntry(
-        vm_id=vm_id,
-        host_id="h1",
-        mem_mb=1024,
-        vcpus=2,
-        request_id=uuid.uuid4(),
-        fencing_token=token,
-        expires_at=time.time() + 60,
-    )
-
-
 async def test_a_killed_holders_lock_frees_within_a_lease(
     holder_process: tuple[subprocess.Popen[str], str], redis_client: aioredis.Redis, lease_settings: Settings
 ) -> None:
@@ -159,7 +146,7 @@ async def test_a_frozen_holder_loses_the_lock_and_its_write_is_fenced_out_when_i
             assert await _line(proc) == "fenced valid=False"
             # The resumed child neither renewed nor removed the new holder's lock.
             assert await locks.holder(cluster) == lease.value
-            await pending.record(cluster, [_entry("vm-new", lease.token)], lease.token)
+            await pending.record(cluster, [pending_entry("vm-new", "h1", lease.token)], lease.token)
     finally:
         os.kill(proc.pid, signal.SIGCONT)
     print(f"frozen holder's lock taken over after {took_over:.3f}s")
@@ -181,7 +168,7 @@ async def test_a_live_holder_keeps_the_lock_for_several_leases(
         assert lease.valid()
         assert await locks.holder(cluster) == lease.value
         assert 0 < await redis_client.pttl(f"{cfg.redis_prefix}:lock:{cluster}") <= 300
-        await pending.record(cluster, [_entry("vm-live", lease.token)], lease.token)
+        await pending.record(cluster, [pending_entry("vm-live", "h1", lease.token)], lease.token)
     assert await locks.holder(cluster) is None
     assert [e.vm_id for e in await pending.read(cluster)] == ["vm-live"]
 
@@ -200,7 +187,7 @@ async def test_the_hold_timeout_still_bounds_a_live_holder(
         assert other.token > stuck.token
         assert not stuck.valid()
         with pytest.raises(FencedOut):
-            await pending.record(cluster, [_entry("vm-stuck", stuck.token)], stuck.token)
+            await pending.record(cluster, [pending_entry("vm-stuck", "h1", stuck.token)], stuck.token)
         assert await locks.release(other)
     assert 0.8 <= taken_after <= 1.6, taken_after
 

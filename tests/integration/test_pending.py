@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 
 import pytest
 import redis.asyncio as aioredis
 
-from vmsched.contracts import PendingEntry
+from tests.factories import pending_entry
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
@@ -27,24 +26,12 @@ def locks(redis_client: aioredis.Redis, settings: Settings) -> ClusterLock:
     return ClusterLock(redis_client, settings)
 
 
-def _entry(vm_id: str, host_id: str, token: int, *, ttl: float = 60.0, mem_mb: int = 1024) -> PendingEntry:
-    return PendingEntry(
-        vm_id=vm_id,
-        host_id=host_id,
-        mem_mb=mem_mb,
-        vcpus=2,
-        request_id=uuid.uuid4(),
-        fencing_token=token,
-        expires_at=time.time() + ttl,
-    )
-
-
 async def test_record_and_read(pending: PendingStore, locks: ClusterLock, unique: str) -> None:
     cluster = f"c-{unique}"
     assert await pending.version(cluster) == 0
     assert await pending.read(cluster) == []
     async with locks.hold(cluster) as lease:
-        entries = [_entry("vm-b", "h1", lease.token), _entry("vm-a", "h2", lease.token)]
+        entries = [pending_entry("vm-b", "h1", lease.token), pending_entry("vm-a", "h2", lease.token)]
         version = await pending.record(cluster, entries, lease.token)
     assert version == 1 == await pending.version(cluster)
     got = await pending.read(cluster)
@@ -54,9 +41,9 @@ async def test_record_and_read(pending: PendingStore, locks: ClusterLock, unique
 async def test_record_replaces_a_vms_record(pending: PendingStore, locks: ClusterLock, unique: str) -> None:
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as first:
-        await pending.record(cluster, [_entry("vm-1", "h1", first.token)], first.token)
+        await pending.record(cluster, [pending_entry("vm-1", "h1", first.token)], first.token)
     async with locks.hold(cluster) as second:
-        await pending.record(cluster, [_entry("vm-1", "h2", second.token)], second.token)
+        await pending.record(cluster, [pending_entry("vm-1", "h2", second.token)], second.token)
     [only] = await pending.read(cluster)
     assert (only.host_id, only.fencing_token) == ("h2", second.token)
 
@@ -66,12 +53,12 @@ async def test_record_refused_without_the_latest_token(
 ) -> None:
     cluster = f"c-{unique}"
     with pytest.raises(FencedOut):  # no lock was ever taken: no token is current
-        await pending.record(cluster, [_entry("vm-1", "h1", 1)], 1)
+        await pending.record(cluster, [pending_entry("vm-1", "h1", 1)], 1)
     async with locks.hold(cluster) as old:
         pass
     async with locks.hold(cluster) as new:
         with pytest.raises(FencedOut, match=str(new.token)):
-            await pending.record(cluster, [_entry("vm-1", "h1", old.token)], old.token)
+            await pending.record(cluster, [pending_entry("vm-1", "h1", old.token)], old.token)
     assert await pending.version(cluster) == 0
     assert not await redis_client.exists(Keys(settings.redis_prefix).pending(cluster))
 
@@ -80,7 +67,7 @@ async def test_entries_must_carry_the_token(pending: PendingStore, locks: Cluste
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
         with pytest.raises(ValueError, match="carries token"):
-            await pending.record(cluster, [_entry("vm-1", "h1", lease.token + 7)], lease.token)
+            await pending.record(cluster, [pending_entry("vm-1", "h1", lease.token + 7)], lease.token)
 
 
 async def test_key_level_expiry_is_a_safety_net(
@@ -89,11 +76,11 @@ async def test_key_level_expiry_is_a_safety_net(
     cluster = f"c-{unique}"
     key = Keys(settings.redis_prefix).pending(cluster)
     async with locks.hold(cluster) as lease:
-        await pending.record(cluster, [_entry("vm-long", "h1", lease.token, ttl=600)], lease.token)
+        await pending.record(cluster, [pending_entry("vm-long", "h1", lease.token, ttl=600)], lease.token)
         long_ttl = await redis_client.pttl(key)
         assert long_ttl > 600_000
         # A shorter-lived entry never shortens the key's expiry below the longer one's.
-        await pending.record(cluster, [_entry("vm-short", "h1", lease.token, ttl=5)], lease.token)
+        await pending.record(cluster, [pending_entry("vm-short", "h1", lease.token, ttl=5)], lease.token)
         assert await redis_client.pttl(key) > 600_000
 
 
@@ -101,7 +88,7 @@ async def test_clear_is_true_exactly_once(pending: PendingStore, locks: ClusterL
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
         await pending.record(
-            cluster, [_entry("vm-1", "h1", lease.token), _entry("vm-2", "h1", lease.token)], lease.token
+            cluster, [pending_entry("vm-1", "h1", lease.token), pending_entry("vm-2", "h1", lease.token)], lease.token
         )
     before = await pending.version(cluster)
     results = await asyncio.gather(*(pending.clear(cluster, "vm-1") for _ in range(25)))
@@ -115,7 +102,7 @@ async def test_clear_is_true_exactly_once(pending: PendingStore, locks: ClusterL
 async def test_clear_on_host_only_clears_that_host(pending: PendingStore, locks: ClusterLock, unique: str) -> None:
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
-        await pending.record(cluster, [_entry("vm-1", "h1", lease.token)], lease.token)
+        await pending.record(cluster, [pending_entry("vm-1", "h1", lease.token)], lease.token)
     # Running on another host than the one it was placed on: not this record's confirmation.
     assert await pending.clear(cluster, "vm-1", host_id="h2") is False
     assert len(await pending.read(cluster)) == 1
@@ -130,7 +117,7 @@ async def test_expired_entries_are_dropped_on_read(
     async with locks.hold(cluster) as lease:
         await pending.record(
             cluster,
-            [_entry("vm-soon", "h1", lease.token, ttl=10), _entry("vm-late", "h1", lease.token, ttl=100)],
+            [pending_entry("vm-soon", "h1", lease.token, ttl=10), pending_entry("vm-late", "h1", lease.token, ttl=100)],
             lease.token,
         )
     before = await pending.version(cluster)
@@ -159,7 +146,7 @@ async def test_unreadable_record_is_dropped(
 async def test_wait_for_change(pending: PendingStore, locks: ClusterLock, unique: str) -> None:
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
-        await pending.record(cluster, [_entry("vm-1", "h1", lease.token)], lease.token)
+        await pending.record(cluster, [pending_entry("vm-1", "h1", lease.token)], lease.token)
     since = await pending.version(cluster)
 
     assert await pending.wait_for_change(cluster, since, 0.05) is False

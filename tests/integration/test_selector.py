@@ -8,18 +8,17 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from functools import partial
 
 import pytest
 
+from tests import factories
+from tests.integration.conftest import services
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
-    ClusterReport,
     DecisionStatus,
-    HostReport,
-    HostStatus,
     ScheduleDecision,
     ScheduleRequest,
-    VmReport,
     VmSpec,
     VmStatus,
 )
@@ -32,7 +31,6 @@ from vmsched.settings import Settings
 from vmsched.store import DecisionStore, PendingStore
 from vmsched.store.decisions import request_fingerprint
 from vmsched.store.redis import connect
-from vmsched_services.runner import run
 from vmsched_services.selector.service import start as start_selector
 
 pytestmark = pytest.mark.integration
@@ -45,49 +43,27 @@ async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
     """All four services in this process, plus a second selector competing for requests."""
     await migrate(database)
     cfg = settings.model_copy(update={"postgres_url": database})
-    stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(
-        run(["state-tracker", "filter-worker", "weigher", "selector"], cfg, stop=stop, ready=ready)
-    )
-    await asyncio.wait_for(ready.wait(), 30)
-    second = await Runtime.open(cfg, service="selector-2")
-    await start_selector(second)
-    yield cfg
-    await second.close()
-    stop.set()
-    await task
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector"):
+        second = await Runtime.open(cfg, service="selector-2")
+        await start_selector(second)
+        yield cfg
+        await second.close()
 
 
-@pytest.fixture
-async def client(stack: Settings) -> AsyncIterator[SchedulerClient]:
-    async with SchedulerClient(stack) as c:
-        yield c
-
-
-async def make_cluster(client: SchedulerClient, cluster: str, n: int, **host: object) -> list[str]:
-    await client.report_cluster(ClusterReport(cluster_id=cluster))
-    ids = [f"{cluster}-h{i}" for i in range(n)]
-    for hid in ids:
-        fields: dict[str, object] = {
-            "cluster_id": cluster,
-            "host_id": hid,
-            "status": HostStatus.UP,
-            "cpu_cores": 8,
-            "physical_mem_mb": HOST_MEM,
-            "mem_free_mb": HOST_MEM,
-            "reserved_mem_mb": 0,
-            "networks": ["vmnet"],
-        }
-        fields.update(host)
-        await client.report_host(HostReport.model_validate(fields))
-    await client.wait_for_state(cluster, hosts=n)
-    return ids
+#: Hosts of HOST_MEM MB with 8 cores, no reserved memory and the VMs' network, unless told otherwise.
+make_cluster = partial(
+    factories.make_cluster,
+    cpu_cores=8,
+    physical_mem_mb=HOST_MEM,
+    mem_free_mb=HOST_MEM,
+    reserved_mem_mb=0,
+    networks=["vmnet"],
+)
 
 
 def small_vm(i: int | str = 0, **kw: object) -> VmSpec:
-    spec: dict[str, object] = {"vm_id": f"vm-{i}", "mem_mb": 1024, "vcpus": 1}
-    spec.update(kw)
-    return VmSpec.model_validate(spec)
+    """A 1024 MB 1-vCPU VM called vm-<i>, unless told otherwise."""
+    return factories.vm_spec(f"vm-{i}", **{"mem_mb": 1024, "vcpus": 1, **kw})
 
 
 async def test_places_records_pending_under_the_token_and_publishes(
@@ -171,7 +147,7 @@ async def test_no_host_but_pending_waits_for_it_to_clear_and_retries_once(client
 
     async def start_fails_soon() -> None:
         await asyncio.sleep(0.15)
-        await client.report_vm(VmReport(cluster_id=cluster, vm_id="vm-a", status=VmStatus.FAILED, mem_mb=1024, vcpus=1))
+        await client.report_vm(factories.vm_report(cluster, "vm-a", None, VmStatus.FAILED, mem_mb=1024, vcpus=1))
 
     failing = asyncio.create_task(start_fails_soon())
     second = await client.schedule(cluster, small_vm("b"))
@@ -322,21 +298,11 @@ async def test_a_start_that_ends_elsewhere_or_fails_is_remembered_against_its_ho
     try:
         moved = await client.schedule(cluster, small_vm("moved"))
         elsewhere = next(h for h in hosts if h != moved.host_id)
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id="vm-moved", status=VmStatus.RUNNING, host_id=elsewhere, mem_mb=1024, vcpus=1
-            )
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-moved", elsewhere, mem_mb=1024, vcpus=1))
         failed = await client.schedule(cluster, small_vm("failed"))
-        await client.report_vm(
-            VmReport(cluster_id=cluster, vm_id="vm-failed", status=VmStatus.FAILED, mem_mb=1024, vcpus=1)
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-failed", None, VmStatus.FAILED, mem_mb=1024, vcpus=1))
         fine = await client.schedule(cluster, small_vm("fine"))
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id="vm-fine", status=VmStatus.RUNNING, host_id=fine.host_id, mem_mb=1024, vcpus=1
-            )
-        )
+        await client.report_vm(factories.vm_report(cluster, "vm-fine", fine.host_id, mem_mb=1024, vcpus=1))
         for _ in range(50):  # the tracker applies reports asynchronously
             if await redis.exists(keys.tried(cluster, "vm-failed")):
                 break

@@ -7,6 +7,7 @@ import asyncio
 import json
 import uuid
 from collections import defaultdict
+from functools import partial
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -17,12 +18,11 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
+from tests.factories import host_report, vm_report
 from vmsched.contracts import (
     ClusterReport,
     FilterRequest,
-    HostReport,
     HostState,
-    HostStatus,
     UnitCall,
     VmReport,
     VmSpec,
@@ -39,31 +39,9 @@ from vmsched_services.weigher.service import Weigher
 pytestmark = pytest.mark.integration
 
 
-def host(cluster: str, host_id: str, *, mem_free_mb: int = 30_000, **kw: object) -> HostReport:
-    fields: dict[str, object] = {
-        "cluster_id": cluster,
-        "host_id": host_id,
-        "status": HostStatus.UP,
-        "cpu_cores": 16,
-        "physical_mem_mb": 32_000,
-        "mem_free_mb": mem_free_mb,
-    }
-    fields.update(kw)
-    return HostReport.model_validate(fields)
-
-
-def vm(cluster: str, vm_id: str, host_id: str | None, status: VmStatus = VmStatus.RUNNING, **kw: object) -> VmReport:
-    fields: dict[str, object] = {
-        "cluster_id": cluster,
-        "vm_id": vm_id,
-        "host_id": host_id,
-        "status": status,
-        "mem_mb": 1000,
-        "overhead_mb": 24,
-        "vcpus": 2,
-    }
-    fields.update(kw)
-    return VmReport.model_validate(fields)
+#: Roomy 16-core hosts with the model's reserved memory, and 1000 MB (+24 MB) 2-vCPU VMs.
+host = partial(host_report, cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000)
+vm = partial(vm_report, mem_mb=1000, overhead_mb=24, vcpus=2)
 
 
 @pytest.fixture

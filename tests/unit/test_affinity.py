@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, kept, pend, reasons, table, vm
+from tests.factories import host, kept, pend, reasons, table, vm
 from vmsched.contracts import AffinityGroup, AffinityRule, PendingEntry, VmSpec
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.affinity import (

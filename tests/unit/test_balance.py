@@ -1,20 +1,21 @@
 """Balance units (units/balance.py): hand-computed cases, oVirt's even-VM-count worked example, invariants.
 
-Hosts come from hostfactory (4 cores, 4096 MB, no reserve, idle unless told otherwise).
+Hosts come from tests.factories (4 cores, 4096 MB, no reserve, idle unless told otherwise).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import CLUSTER, host, pend, table
-from vmsched.contracts import ClusterReport, HostState, HostStatus, VmReport, VmStatus
+from tests.factories import CLUSTER, host, pend, table, vm_report
+from vmsched.contracts import ClusterReport, HostState, HostStatus, VmReport
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.balance import (
     POWER_OFF,
@@ -45,17 +46,8 @@ def samples(load: float, minutes: float, step: float = 60.0, before: float | Non
     return out
 
 
-def vmr(vm_id: str, host_id: str, cpu: float = 0.0, vcpus: int = 1, mem_mb: int = 512, **kw: Any) -> VmReport:
-    return VmReport(
-        cluster_id=CLUSTER,
-        vm_id=vm_id,
-        status=VmStatus.RUNNING,
-        host_id=host_id,
-        mem_mb=mem_mb,
-        vcpus=vcpus,
-        cpu_usage_pct=cpu,
-        **kw,
-    )
+#: A running 512 MB 1-vCPU VM of the cluster, idle unless told otherwise.
+vmr = partial(vm_report, CLUSTER, mem_mb=512, vcpus=1)
 
 
 # ============================================================================ even distribution
@@ -71,7 +63,11 @@ def cpu_cluster(**h1: Any) -> HostTable:
     )
 
 
-CPU_VMS = [vmr("a", "h1", cpu=50, vcpus=2), vmr("b", "h1", cpu=10, vcpus=2), vmr("c", "h1", cpu=5, vcpus=1)]
+CPU_VMS = [
+    vmr("a", "h1", cpu_usage_pct=50, vcpus=2),
+    vmr("b", "h1", cpu_usage_pct=10, vcpus=2),
+    vmr("c", "h1", cpu_usage_pct=5, vcpus=1),
+]
 
 
 def test_even_cpu_moves_least_hungry_vm_of_over_host_to_underutilized_hosts() -> None:
@@ -103,7 +99,10 @@ def test_even_cpu_threshold_is_inclusive_and_spm_share_counts() -> None:
 
 def test_even_cpu_skips_vm_that_would_push_destination_over_high() -> None:
     # h2 at 10%: a VM of hunger 400 (4 vCPUs at 100%) adds 100% on 4 CPUs -> 110 > 80
-    vms = [vmr("big", "h1", cpu=100, vcpus=4), vmr("small", "h1", cpu=20, vcpus=4)]  # small: +20 -> 30
+    vms = [
+        vmr("big", "h1", cpu_usage_pct=100, vcpus=4),
+        vmr("small", "h1", cpu_usage_pct=20, vcpus=4),
+    ]  # small: +20 -> 30
     out = even_distribution_balance(cpu_cluster(), vms, {})
     assert out.migration is not None
     assert out.migration.vm_id == "small"
@@ -186,7 +185,7 @@ def test_even_memory_variant() -> None:
             host("h3", mem_committed_mb=2900),  # 1196
         )
     )
-    vms = [vmr("a", "h1", cpu=20, mem_mb=1000), vmr("b", "h1", cpu=10, mem_mb=700)]
+    vms = [vmr("a", "h1", cpu_usage_pct=20, mem_mb=1000), vmr("b", "h1", cpu_usage_pct=10, mem_mb=700)]
     props = {"MaxFreeMemoryForOverUtilized": "500", "MinFreeMemoryForUnderUtilized": "2000"}
     out = even_distribution_balance(t, vms, props)
     assert out.migration is not None
@@ -209,7 +208,7 @@ def test_power_saving_evacuates_least_loaded_underutilized_host() -> None:
             host("h4", cpu_usage_pct=79, vm_count=4),  # +5% would exceed 80
         )
     )
-    vms = [vmr("a", "h1", cpu=20, vcpus=1), vmr("b", "h2", cpu=10)]
+    vms = [vmr("a", "h1", cpu_usage_pct=20, vcpus=1), vmr("b", "h2", cpu_usage_pct=10)]
     out = power_saving_balance(t, vms, {"LowUtilization": "20"})
     assert out.migration is not None
     assert (out.migration.vm_id, out.migration.source_host, out.migration.candidates) == ("a", "h1", ("h3",))
@@ -336,7 +335,7 @@ def vms_for(counts: Sequence[int]) -> list[VmReport]:
     for i, c in enumerate(counts):
         for k in range(c):
             name = f"VM{k + 1}" if i == 0 else f"VDS{i + 1}-vm{k + 1}"
-            out.append(vmr(name, f"VDS{i + 1}", cpu=float(k + 1)))
+            out.append(vmr(name, f"VDS{i + 1}", cpu_usage_pct=float(k + 1)))
     return out
 
 
@@ -382,7 +381,7 @@ def test_ovirt_even_vm_count_worked_example() -> None:
 def test_even_vm_count_reason_and_spm_grace() -> None:
     # VDS2 is SPM: 7 VMs + grace 5 = 12 slots: the worst host, though VDS1 runs more VMs
     t = counts_table([9, 7, 3], spm=1)
-    vms = [vmr("x", "VDS1"), vmr("y", "VDS2", cpu=30), vmr("z", "VDS2", cpu=20)]
+    vms = [vmr("x", "VDS1"), vmr("y", "VDS2", cpu_usage_pct=30), vmr("z", "VDS2", cpu_usage_pct=20)]
     out = even_vm_count_balance(t, vms, {"HighVmCount": "10", "MigrationThreshold": "5", "SpmVmGrace": "5"})
     assert out.migration is not None
     assert (out.migration.vm_id, out.migration.source_host, out.migration.candidates) == ("z", "VDS2", ("VDS3",))
@@ -475,7 +474,7 @@ def ha_table(ha_counts: Sequence[int], down: Sequence[int] = ()) -> HostTable:
 
 def ha_vms(ha_counts: Sequence[int]) -> list[VmReport]:
     return [
-        vmr(f"h{i + 1}-ha{k}", f"h{i + 1}", cpu=float(10 - k), ha=True)
+        vmr(f"h{i + 1}-ha{k}", f"h{i + 1}", cpu_usage_pct=float(10 - k), ha=True)
         for i, c in enumerate(ha_counts)
         for k in range(c)
     ]

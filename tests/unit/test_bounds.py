@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests.unit.hostfactory import host, table, vm
+from tests.factories import host, table, vm
 from vmsched.bus.codec import decode
 from vmsched.contracts import (
     ClusterReport,

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, hosts_n, kept, pend, reasons, table, vm
+from tests.factories import host, hosts_n, kept, pend, reasons, table, vm
 from vmsched.scheduling.policy import BUILTIN_POLICIES
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.filters import (

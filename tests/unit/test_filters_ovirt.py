@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, hosts_n, kept, pend, reasons, table, vm
+from tests.factories import host, hosts_n, kept, pend, reasons, table, vm
 from vmsched.contracts import HostStatus, UnitCall
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.hosts import HostTable

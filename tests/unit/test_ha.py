@@ -4,33 +4,20 @@ from __future__ import annotations
 
 import random
 import uuid
+from functools import partial
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, pend
+from tests.factories import CLUSTER, host, pend, vm_report
 from vmsched.contracts import HostState, HostStatus, PendingEntry, VmReport, VmStatus
 from vmsched.scheduling import ha
 from vmsched.scheduling.ha import alert_message, check, failing_hosts, naive_failing_hosts, vm_mem_used
 
-
-def vm(vm_id: str, host_id: str | None, **kw: Any) -> VmReport:
-    """An HA VM using all of its 1024 MB and no CPU, running on `host_id`, unless told otherwise."""
-    fields: dict[str, Any] = {
-        "cluster_id": "c1",
-        "vm_id": vm_id,
-        "status": VmStatus.RUNNING,
-        "host_id": host_id,
-        "mem_mb": 1024,
-        "vcpus": 1,
-        "mem_usage_pct": 100.0,
-        "cpu_usage_pct": 0.0,
-        "ha": True,
-    }
-    fields.update(kw)
-    return VmReport.model_validate(fields)
+#: An HA VM using all of its 1024 MB and no CPU, running on `host_id`, unless told otherwise.
+vm = partial(vm_report, CLUSTER, mem_mb=1024, vcpus=1, mem_usage_pct=100.0, cpu_usage_pct=0.0, ha=True)
 
 
 def both(

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, pend, table
+from tests.factories import host, pend, table
 from vmsched.contracts import ClusterReport, HostState, HostStatus
 from vmsched.scheduling.hosts import NUMERIC_COLUMNS, HostTable
 

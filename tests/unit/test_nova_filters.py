@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.unit.hostfactory import CLUSTER, host, hosts_n, kept, pend, reasons, table, vm
+from tests.factories import CLUSTER, host, hosts_n, kept, pend, reasons, table, vm
 from vmsched.contracts import ClusterReport, HostState, PendingEntry
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.hosts import HostTable

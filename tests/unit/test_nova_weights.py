@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import CLUSTER, host, hosts_n, pend, table, vm
+from tests.factories import CLUSTER, host, hosts_n, pend, table, vm
 from vmsched.contracts import ClusterReport, HostState
 from vmsched.errors import InvalidProperty, SchedulingError
 from vmsched.scheduling.hosts import HostTable

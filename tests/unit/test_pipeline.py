@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.hostfactory import host, table, vm
+from tests.factories import host, table, vm
 from vmsched.contracts import FilteredHost, HostStatus, UnitCall
 from vmsched.errors import InvalidProperty, UnknownPolicyUnit
 from vmsched.scheduling.pipeline import candidate_hosts, decide, run_filters, summarize

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.hostfactory import host, hosts_n, pend, table, vm
+from tests.factories import host, hosts_n, pend, table, vm
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.units.base import Direction, PolicyUnit, validate_properties
 from vmsched.scheduling.units.registry import REGISTRY

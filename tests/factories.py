@@ -1,0 +1,168 @@
+"""The one home of the builders of test data, for unit, integration and e2e tests alike.
+
+Plain messages: host_report, vm_report, vm_spec, pending_entry take the ids plus any field; a
+field not given is the model's own default (HostReport's reserved_mem_mb is 321), except the
+status, UP for hosts and RUNNING for VMs. A test module whose data shares other values states them
+once, e.g. `host = partial(host_report, cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000)`.
+
+make_cluster reports a cluster and its hosts through a SchedulerClient and waits until the state
+tracker has them (integration and e2e tests; this module imports no client at run time, so unit
+tests stay free of the bus).
+
+Unit tests build HostTables in one line each:
+
+    table(host("h1", mem_free_mb=2048), host("h2", cpu_cores=8), overcommit=150,
+          pending=[pend("h1", mem_mb=512)])
+
+The unit builders' defaults (host, pend, vm) describe a roomy, idle 4-core host with 4096 MB (no
+reserved memory, so arithmetic in tests stays obvious); override only what a test is about.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from vmsched.contracts import (
+    ClusterReport,
+    HostReport,
+    HostState,
+    HostStatus,
+    PendingEntry,
+    VmReport,
+    VmSpec,
+    VmStatus,
+)
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.units.base import FilterVerdict
+
+if TYPE_CHECKING:
+    from vmsched.client import SchedulerClient
+
+CLUSTER = "c1"
+
+_REPORT_FIELDS = set(HostReport.model_fields)
+_STATE_FIELDS = set(HostState.model_fields) - {"report"}
+
+
+def host_report(cluster_id: str, host_id: str, **kw: Any) -> HostReport:
+    """An UP host; the capacity fields (cpu_cores, physical_mem_mb, mem_free_mb) are the caller's."""
+    fields: dict[str, Any] = {"cluster_id": cluster_id, "host_id": host_id, "status": HostStatus.UP}
+    fields.update(kw)
+    return HostReport.model_validate(fields)
+
+
+def vm_report(
+    cluster_id: str, vm_id: str, host_id: str | None, status: VmStatus = VmStatus.RUNNING, **kw: Any
+) -> VmReport:
+    """A VM in `status` on `host_id`; mem_mb and vcpus are the caller's."""
+    fields: dict[str, Any] = {"cluster_id": cluster_id, "vm_id": vm_id, "host_id": host_id, "status": status}
+    fields.update(kw)
+    return VmReport.model_validate(fields)
+
+
+def vm_spec(vm_id: str, **kw: Any) -> VmSpec:
+    """A VM to schedule; mem_mb and vcpus are the caller's."""
+    return VmSpec.model_validate({"vm_id": vm_id, **kw})
+
+
+def pending_entry(
+    vm_id: str,
+    host_id: str,
+    token: int,
+    *,
+    mem_mb: int = 1024,
+    vcpus: int = 2,
+    ttl: float = 60.0,
+    expires_at: float | None = None,
+    **kw: Any,
+) -> PendingEntry:
+    """A pending record under fencing token `token`, expiring `ttl` seconds from now (or at `expires_at`)."""
+    return PendingEntry(
+        vm_id=vm_id,
+        host_id=host_id,
+        mem_mb=mem_mb,
+        vcpus=vcpus,
+        request_id=uuid.uuid4(),
+        fencing_token=token,
+        expires_at=time.time() + ttl if expires_at is None else expires_at,
+        **kw,
+    )
+
+
+async def make_cluster(
+    client: SchedulerClient,
+    cluster: str,
+    n: int,
+    *,
+    timeout: float = 30.0,
+    vary: Callable[[int], Mapping[str, Any]] | None = None,
+    **fields: Any,
+) -> list[str]:
+    """Report `cluster` with hosts {cluster}-h0..h{n-1}, each host_report(**fields, **vary(i)), and
+    wait until the state tracker has them all; returns the host ids."""
+    await client.report_cluster(ClusterReport(cluster_id=cluster))
+    ids = [f"{cluster}-h{i}" for i in range(n)]
+    for i, hid in enumerate(ids):
+        await client.report_host(host_report(cluster, hid, **{**fields, **(vary(i) if vary else {})}))
+    await client.wait_for_state(cluster, hosts=n, timeout=timeout)
+    return ids
+
+
+def host(host_id: str, **kw: Any) -> HostState:
+    """A HostState; keyword arguments go to the HostReport or the HostState, whichever has the field."""
+    unknown = set(kw) - _REPORT_FIELDS - _STATE_FIELDS
+    if unknown:
+        raise TypeError(f"unknown host fields {sorted(unknown)}")
+    report: dict[str, Any] = {"cpu_cores": 4, "physical_mem_mb": 4096, "mem_free_mb": 4096, "reserved_mem_mb": 0}
+    report.update({k: v for k, v in kw.items() if k in _REPORT_FIELDS})
+    state = {k: v for k, v in kw.items() if k in _STATE_FIELDS}
+    return HostState(report=host_report(CLUSTER, host_id, **report), **state)
+
+
+def pend(host_id: str, mem_mb: int = 0, vcpus: int = 0, cpus_pinned: int = 0) -> PendingEntry:
+    return pending_entry(
+        f"pending-{uuid.uuid4().hex[:8]}",
+        host_id,
+        1,
+        mem_mb=mem_mb,
+        vcpus=vcpus,
+        cpus_pinned=cpus_pinned,
+        expires_at=1e12,
+    )
+
+
+def table(
+    *hosts: HostState,
+    overcommit: int = 100,
+    threads: bool = False,
+    pending: Iterable[PendingEntry] = (),
+) -> HostTable:
+    settings = ClusterReport(cluster_id=CLUSTER, memory_overcommit_pct=overcommit, count_threads_as_cores=threads)
+    return HostTable.from_states(list(hosts), settings).with_pending(pending)
+
+
+def hosts_n(n: int, **kw: Any) -> HostTable:
+    """n identical hosts h0..h{n-1}."""
+    return table(*(host(f"h{i}", **kw) for i in range(n)))
+
+
+def vm(**kw: Any) -> VmSpec:
+    """A 1024 MB (+64 MB overhead), 2-vCPU VM unless told otherwise."""
+    spec: dict[str, Any] = {"vm_id": "vm1", "mem_mb": 1024, "vcpus": 2}
+    spec.update(kw)
+    return vm_spec(**spec)
+
+
+def kept(hosts: HostTable, verdict: FilterVerdict) -> list[str]:
+    """The ids of the hosts a filter kept, in table order."""
+    return [h for h, k in zip(hosts.ids, verdict.keep, strict=True) if k]
+
+
+def reasons(hosts: HostTable, verdict: FilterVerdict) -> dict[str, str]:
+    """Removed host id -> its reason; also checks there is exactly one reason per removed host."""
+    removed = [h for h, k in zip(hosts.ids, verdict.keep, strict=True) if not k]
+    assert len(removed) == len(verdict.reasons)
+    return dict(zip(removed, verdict.reasons, strict=True))
