@@ -54,7 +54,8 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.runtime import Runtime
 from vmsched.scheduling.cost import vm_cost
-from vmsched.scheduling.pipeline import candidate_hosts, select, summarize
+from vmsched.scheduling.pipeline import candidate_hosts, select
+from vmsched.scheduling.placement import Unplaceable, WaitForPending, place
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
 from vmsched.store.decisions import StoredDecision, request_fingerprint
@@ -225,9 +226,9 @@ class Selector:
         """One try under the lock: a stored decision (its event published), a decision not to
         store (expired), or the pending version to wait on before retrying.
 
-        The VMs of a batch are placed one after another; each sees the earlier ones as pending on
-        their chosen hosts (virtually consumed: memory, CPU, VM ids for affinity), and all pending
-        records are written together at the end, or none when one VM does not fit.
+        How the VMs are placed is vmsched.scheduling.placement.place, with filter and weigh steps
+        that call the filter-workers and weighers; their pending records are written together
+        (fenced), or none when one VM does not fit.
         """
         t = time.perf_counter()
         found = await self.decisions.record(req.request_id)
@@ -243,58 +244,28 @@ class Selector:
         cands = candidate_hosts(table, req.whitelist, req.blacklist)
         ours = {vm.vm_id for vm in req.vms}
         pending = [e for e in pending if e.vm_id not in ours]
-        t = _lap("read_state", t)
-        placed: list[tuple[Placement, PendingEntry]] = []
-        first: Explanation | None = None
-        for n, vm in enumerate(req.vms):
-            seen = pending + [entry for _, entry in placed]
-            filt = await self._filter(req, vm, policy, version, list(cands.ids), seen)
-            t = _lap("filter", t)
-            survivors = filt.survivors
-            summary = summarize(len(cands), len(survivors), filt.removed)
-            if req.batch:
-                summary = f"{vm.vm_id} ({n + 1}/{len(req.vms)}): {summary}"
-            explanation = Explanation(
-                summary=summary,
-                candidates=len(cands),
-                filters=[f.unit for f in policy.ordered_filters()],
-                filtered=filt.removed,
-            )
-            if not survivors:
-                on_candidates = set(cands.ids)
-                if (
-                    may_wait
-                    and self.settings.pending_wait_s > 0
-                    and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending)
-                ):
-                    return pending_version
-                # All or nothing: the request is unplaceable as a whole, nothing is recorded.
-                return await self._store(
-                    fingerprint,
-                    token,
-                    self._decision(
-                        req,
-                        started,
-                        DecisionStatus.UNPLACEABLE,
-                        explanation,
-                        policy=policy.name,
-                        version=version,
-                        retried=retried,
-                    ),
-                )
-            scores: ScoreTable | None = None
-            ordered = survivors
-            if len(survivors) > 1:
-                scores = await self._weigh(req, vm, policy, version, survivors, seen)
-                t = _lap("weigh", t)
-                ordered = scores.hosts
-            if first is None:
-                first = explanation.model_copy(update={"scores": scores if req.explain_scores else None})
+        _lap("read_state", t)
+
+        async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> FilterReply:
+            since = time.perf_counter()
+            try:
+                return await self._filter(req, vm, policy, version, hosts, seen)
+            finally:
+                _lap("filter", since)
+
+        async def weigh_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> ScoreTable:
+            since = time.perf_counter()
+            try:
+                return await self._weigh(req, vm, policy, version, hosts, seen)
+            finally:
+                _lap("weigh", since)
+
+        def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             # What the VM holds on its host until the engine reports it running (or failed).
             cost = vm_cost(vm)
-            entry = PendingEntry(
+            return PendingEntry(
                 vm_id=vm.vm_id,
-                host_id=ordered[0],
+                host_id=host_id,
                 mem_mb=cost.mem_mb,
                 vcpus=cost.vcpus,
                 cpus_pinned=cost.cpus_pinned,
@@ -302,21 +273,39 @@ class Selector:
                 fencing_token=token,
                 expires_at=time.time() + self.settings.pending_ttl_s,
             )
-            placement = Placement(
-                vm_id=vm.vm_id,
-                host_id=ordered[0],
-                alternates=ordered[1 : 1 + req.max_alternates],
-                summary=summary,
+
+        outcome = await place(
+            req,
+            policy,
+            cands.ids,
+            pending,
+            filter_fn=filter_fn,
+            weigh_fn=weigh_fn,
+            pending_for=pending_for,
+            may_wait=may_wait and self.settings.pending_wait_s > 0,
+        )
+        if isinstance(outcome, WaitForPending):
+            return pending_version
+        if isinstance(outcome, Unplaceable):
+            return await self._store(
+                fingerprint,
+                token,
+                self._decision(
+                    req,
+                    started,
+                    DecisionStatus.UNPLACEABLE,
+                    outcome.explanation,
+                    policy=policy.name,
+                    version=version,
+                    retried=retried,
+                ),
             )
-            placed.append((placement, entry))
         if self._expired(req):
             return self._expired_decision(req, started, policy)
-        await self.pending.record(req.cluster_id, [entry for _, entry in placed], token)
+        t = time.perf_counter()
+        await self.pending.record(req.cluster_id, outcome.pending, token)
         _lap("record_pending", t)
-        assert first is not None
-        if req.batch:
-            first = first.model_copy(update={"summary": f"placed {len(placed)} VMs; first: {first.summary}"})
-        head = placed[0][0]
+        head = outcome.placements[0]
         return await self._store(
             fingerprint,
             token,
@@ -324,12 +313,12 @@ class Selector:
                 req,
                 started,
                 DecisionStatus.PLACED,
-                first,
+                outcome.explanation,
                 policy=policy.name,
                 version=version,
                 host=head.host_id,
                 alternates=head.alternates,
-                placements=[p for p, _ in placed],
+                placements=outcome.placements,
                 token=token,
                 retried=retried,
             ),

@@ -1,0 +1,138 @@
+"""How a decision is made for one request, as one pure function over injected filter and weigh steps.
+
+`place` holds the placement algorithm: the VMs of a request (one, or an oVirt batch / Nova's N
+instances) are placed one after another; each is filtered and weighed after the earlier ones were
+virtually placed (they count as pending on their chosen hosts: memory, CPUs, VM ids for affinity),
+and the request is placed whole or not at all. When no host fits but pending resources sit on the
+candidates, it asks the caller to wait for them to change and retry, as oVirt's scheduler does.
+
+The filter and weigh steps are passed in: the selector passes ones that call the filter-workers and
+weighers over the bus, the in-process paths (tests, the bench) pass local ones. Either way this is
+the one place that decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
+from vmsched.scheduling.pipeline import summarize
+from vmsched.scheduling.policy import Policy
+
+
+class Screened(Protocol):
+    """What filtering one VM found (a FilterReply is one)."""
+
+    @property
+    def survivors(self) -> list[str]: ...
+    @property
+    def removed(self) -> list[FilteredHost]: ...
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A Screened for in-process filter steps (over the bus, the FilterReply is one)."""
+
+    survivors: list[str]
+    removed: list[FilteredHost]
+
+
+#: Filter `vm` over the candidate host ids, with these pending records counted.
+FilterFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[Screened]]
+#: Weigh `vm` over the surviving host ids (2 or more), with these pending records counted; best first.
+WeighFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[ScoreTable]]
+#: The pending record of `vm` placed on the host id (the caller adds request id, fencing token, expiry).
+PendingFor = Callable[[VmSpec, str], PendingEntry]
+
+
+@dataclass(frozen=True)
+class Placed:
+    placements: list[Placement]
+    #: One per placed VM, to be recorded together (fenced) by the caller.
+    pending: list[PendingEntry]
+    #: The first VM's explanation (a batch's summary says how many were placed).
+    explanation: Explanation
+
+
+@dataclass(frozen=True)
+class WaitForPending:
+    """No host fits now, but pending resources on the candidates may free one: wait, then retry."""
+
+
+@dataclass(frozen=True)
+class Unplaceable:
+    #: The explanation of the VM that did not fit (nothing of the request is placed).
+    explanation: Explanation
+
+
+Outcome = Placed | WaitForPending | Unplaceable
+
+
+async def place(
+    request: ScheduleRequest,
+    policy: Policy,
+    candidates: Sequence[str],
+    pending: Sequence[PendingEntry],
+    *,
+    filter_fn: FilterFn,
+    weigh_fn: WeighFn,
+    pending_for: PendingFor,
+    may_wait: bool,
+) -> Outcome:
+    """Place every VM of `request` on `candidates` (Up hosts, black/whitelist applied), or none.
+
+    `pending` is what is pending in the cluster besides this request's own VMs. With `may_wait`,
+    a VM that fits nowhere while memory is pending on a candidate gives WaitForPending.
+    """
+    cands = list(candidates)
+    filters = [f.unit for f in policy.ordered_filters()]
+    placed: list[tuple[Placement, PendingEntry]] = []
+    first: Explanation | None = None
+    for n, vm in enumerate(request.vms):
+        seen = [*pending, *(entry for _, entry in placed)]
+        screened = await filter_fn(vm, cands, seen) if cands else None
+        survivors = screened.survivors if screened is not None else []
+        removed = screened.removed if screened is not None else []
+        summary = summarize(len(cands), len(survivors), removed)
+        if request.batch:
+            summary = f"{vm.vm_id} ({n + 1}/{len(request.vms)}): {summary}"
+        explanation = Explanation(summary=summary, candidates=len(cands), filters=filters, filtered=removed)
+        if not survivors:
+            on_candidates = set(cands)
+            if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
+                return WaitForPending()
+            return Unplaceable(explanation)  # all or nothing: nothing of the request is placed
+        scores: ScoreTable | None = None
+        ordered = survivors
+        if len(survivors) > 1:
+            scores = await weigh_fn(vm, survivors, seen)
+            ordered = scores.hosts
+        if first is None:
+            first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
+        placement = Placement(
+            vm_id=vm.vm_id,
+            host_id=ordered[0],
+            alternates=ordered[1 : 1 + request.max_alternates],
+            summary=summary,
+        )
+        placed.append((placement, pending_for(vm, ordered[0])))
+    assert first is not None  # a request has at least one VM
+    if request.batch:
+        first = first.model_copy(update={"summary": f"placed {len(placed)} VMs; first: {first.summary}"})
+    return Placed([p for p, _ in placed], [e for _, e in placed], first)
+
+
+__all__ = [
+    "FilterFn",
+    "Outcome",
+    "PendingFor",
+    "Placed",
+    "Screened",
+    "Screening",
+    "Unplaceable",
+    "WaitForPending",
+    "WeighFn",
+    "place",
+]

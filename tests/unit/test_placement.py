@@ -1,0 +1,118 @@
+"""The placement algorithm with local filter and weigh steps (the pure pipeline over a HostTable):
+batches see earlier VMs as pending, all or nothing, waiting for pending resources."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from tests.factories import host, pend, table, vm
+from vmsched.contracts import PendingEntry, ScheduleRequest, ScoreTable, VmSpec
+from vmsched.scheduling.cost import vm_cost
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.pipeline import run_filters, run_weights, select
+from vmsched.scheduling.placement import Outcome, Placed, Screening, Unplaceable, WaitForPending, place
+from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
+
+POLICY: Policy = BUILTIN_POLICIES["evenly_distributed"]
+
+
+class Local:
+    """Filter and weigh steps over one HostTable, as the in-process paths run them."""
+
+    def __init__(self, hosts: HostTable, policy: Policy = POLICY) -> None:
+        self.hosts, self.policy = hosts, policy
+        self.filtered: list[tuple[str, int]] = []  # (vm, pending records it saw)
+
+    def _view(self, ids: list[str], seen: list[PendingEntry]) -> HostTable:
+        return self.hosts.take(self.hosts.index_of(ids)).with_pending(seen)
+
+    async def filter(self, v: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
+        self.filtered.append((v.vm_id, len(seen)))
+        out = run_filters(self._view(ids, seen), v, self.policy.filter_calls())
+        return Screening(list(out.survivors.ids), out.removed)
+
+    async def weigh(self, v: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
+        calls = self.policy.weight_calls()
+        return select(ids, calls, run_weights(self._view(ids, seen), v, calls), self.policy.selector)
+
+
+def pending_for(v: VmSpec, host_id: str) -> PendingEntry:
+    cost = vm_cost(v)
+    return PendingEntry(
+        vm_id=v.vm_id,
+        host_id=host_id,
+        mem_mb=cost.mem_mb,
+        vcpus=cost.vcpus,
+        cpus_pinned=cost.cpus_pinned,
+        request_id=uuid.uuid4(),
+        fencing_token=1,
+        expires_at=1e12,
+    )
+
+
+def request(*vms: VmSpec) -> ScheduleRequest:
+    return ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=vms[0], batch=list(vms[1:]))
+
+
+def run(
+    req: ScheduleRequest, hosts: HostTable, pending: list[PendingEntry] | None = None, *, may_wait: bool = False
+) -> tuple[Outcome, Local]:
+    local = Local(hosts)
+    outcome = asyncio.run(
+        place(
+            req,
+            POLICY,
+            list(hosts.ids),
+            pending or [],
+            filter_fn=local.filter,
+            weigh_fn=local.weigh,
+            pending_for=pending_for,
+            may_wait=may_wait,
+        )
+    )
+    return outcome, local
+
+
+def test_a_batch_sees_the_earlier_vms_as_pending_and_spreads() -> None:
+    hosts = table(host("a", mem_free_mb=3000, physical_mem_mb=3000), host("b", mem_free_mb=3000, physical_mem_mb=3000))
+    outcome, local = run(request(vm(vm_id="v1", mem_mb=2000), vm(vm_id="v2", mem_mb=2000)), hosts)
+    assert isinstance(outcome, Placed)
+    assert sorted(p.host_id for p in outcome.placements) == ["a", "b"]  # the second does not fit beside the first
+    assert [e.vm_id for e in outcome.pending] == ["v1", "v2"]
+    assert local.filtered == [("v1", 0), ("v2", 1)]
+    assert outcome.explanation.summary.startswith("placed 2 VMs; first: v1 (1/2)")
+
+
+def test_a_batch_is_placed_whole_or_not_at_all() -> None:
+    hosts = table(host("a", mem_free_mb=3000, physical_mem_mb=3000))
+    outcome, _ = run(request(vm(vm_id="v1", mem_mb=2000), vm(vm_id="v2", mem_mb=2000)), hosts)
+    assert isinstance(outcome, Unplaceable)
+    assert outcome.explanation.summary.startswith("v2 (2/2): 0/1 hosts available")
+
+
+def test_no_host_but_memory_pending_on_a_candidate_asks_to_wait_once() -> None:
+    hosts = table(host("a", mem_free_mb=3000, physical_mem_mb=3000))
+    big = request(vm(vm_id="v1", mem_mb=2000))
+    busy = [pend("a", mem_mb=2000)]
+    assert isinstance(run(big, hosts, busy, may_wait=True)[0], WaitForPending)
+    assert isinstance(run(big, hosts, busy, may_wait=False)[0], Unplaceable)
+
+
+def test_no_candidates_is_unplaceable_without_calling_the_filters() -> None:
+    local = Local(table(host("a")))
+    outcome = asyncio.run(
+        place(
+            request(vm()),
+            POLICY,
+            [],
+            [],
+            filter_fn=local.filter,
+            weigh_fn=local.weigh,
+            pending_for=pending_for,
+            may_wait=True,
+        )
+    )
+    assert isinstance(outcome, Unplaceable)
+    assert outcome.explanation.summary == "0/0 hosts available"
+    assert local.filtered == []
