@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
+
 import pytest
 
-from tests.factories import host, table, vm
-from vmsched.contracts import FilteredHost, HostStatus, UnitCall
+from tests.factories import host, pending_entry, table, vm
+from vmsched.contracts import FilteredHost, HostStatus, PendingEntry, ScheduleRequest, UnitCall, VmSpec
 from vmsched.errors import InvalidProperty, UnknownPolicyUnit
-from vmsched.scheduling.pipeline import candidate_hosts, decide, run_filters, summarize
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.pipeline import candidate_hosts, run_filters, run_weights, summarize
+from vmsched.scheduling.placement import LocalSteps, Placed, place
 from vmsched.scheduling.policy import DEFAULT_POLICY
 
 
@@ -45,7 +50,7 @@ def test_unknown_unit_and_invalid_property_are_clear_errors() -> None:
     with pytest.raises(UnknownPolicyUnit, match="Nope"):
         run_filters(t, vm(), [UnitCall(unit="Nope")])
     with pytest.raises(InvalidProperty, match=r"HighUtilization='500'.*\^\(\[5-9\]\[0-9\]\)\$"):
-        decide(t, vm(), [], [UnitCall(unit="OptimalForEvenCpuDistribution", properties={"HighUtilization": "500"})])
+        run_weights(t, vm(), [UnitCall(unit="OptimalForEvenCpuDistribution", properties={"HighUtilization": "500"})])
 
 
 def test_summary_shows_one_reason_when_all_agree_and_the_unit_summary_otherwise() -> None:
@@ -60,19 +65,44 @@ def test_summary_shows_one_reason_when_all_agree_and_the_unit_summary_otherwise(
     assert summarize(4, 4, []) == "4/4 hosts available"
 
 
+def decide(t: HostTable, v: VmSpec) -> Placed:
+    """The selector's placement function with local steps, for one VM under the default policy."""
+    steps = LocalSteps(t, DEFAULT_POLICY)
+    req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=v)
+
+    def no_record(vm: VmSpec, host_id: str) -> PendingEntry:
+        return pending_entry(vm.vm_id, host_id, 1, mem_mb=vm.mem_mb)
+
+    outcome = asyncio.run(
+        place(
+            req,
+            DEFAULT_POLICY,
+            list(t.ids),
+            [],
+            filter_fn=steps.filter,
+            weigh_fn=steps.weigh,
+            pending_for=no_record,
+            may_wait=False,
+        )
+    )
+    assert isinstance(outcome, Placed), outcome
+    return outcome
+
+
 def test_one_survivor_is_chosen_without_weighing() -> None:
     t = table(host("a", networks=["x"]), host("b"))
-    d = decide(t, vm(networks=["x"]), DEFAULT_POLICY.filter_calls(), DEFAULT_POLICY.weight_calls())
-    assert d.hosts == ["a"]
-    assert d.scores is None
-    assert d.summary == "1/2 hosts available: 1 Network (missing network 'x')"
+    d = decide(t, vm(networks=["x"]))
+    assert [p.host_id for p in d.placements] == ["a"]
+    assert d.explanation.scores is None
+    assert d.explanation.summary == "1/2 hosts available: 1 Network (missing network 'x')"
 
 
-def test_decide_orders_all_survivors_with_a_score_table() -> None:
+def test_all_survivors_are_ordered_with_a_score_table() -> None:
     t = table(host("busy", cpu_usage_pct=90), host("idle", cpu_usage_pct=5), host("mid", cpu_usage_pct=40))
-    d = decide(t, vm(), DEFAULT_POLICY.filter_calls(), DEFAULT_POLICY.weight_calls())
-    assert d.hosts[0] == "idle"
-    assert d.scores is not None
-    assert d.scores.hosts == d.hosts
-    assert [u.unit for u in d.scores.units] == [w.unit for w in DEFAULT_POLICY.weights]
-    assert d.scores.totals == sorted(d.scores.totals, reverse=True)
+    d = decide(t, vm())
+    scores = d.explanation.scores
+    assert scores is not None
+    assert d.placements[0].host_id == "idle"
+    assert [d.placements[0].host_id, *d.placements[0].alternates] == scores.hosts
+    assert [u.unit for u in scores.units] == [w.unit for w in DEFAULT_POLICY.weights]
+    assert scores.totals == sorted(scores.totals, reverse=True)

@@ -7,34 +7,25 @@ import asyncio
 import uuid
 
 from tests.factories import host, pend, table, vm
-from vmsched.contracts import PendingEntry, ScheduleRequest, ScoreTable, VmSpec
+from vmsched.contracts import PendingEntry, ScheduleRequest, VmSpec
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.pipeline import run_filters, run_weights, select
-from vmsched.scheduling.placement import Outcome, Placed, Screening, Unplaceable, WaitForPending, place
+from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Screening, Unplaceable, WaitForPending, place
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 
 POLICY: Policy = BUILTIN_POLICIES["evenly_distributed"]
 
 
-class Local:
-    """Filter and weigh steps over one HostTable, as the in-process paths run them."""
+class Local(LocalSteps):
+    """The library's in-process steps, noting what each filtering saw."""
 
-    def __init__(self, hosts: HostTable, policy: Policy = POLICY) -> None:
-        self.hosts, self.policy = hosts, policy
+    def __init__(self, hosts: HostTable) -> None:
+        super().__init__(hosts, POLICY)
         self.filtered: list[tuple[str, int]] = []  # (vm, pending records it saw)
-
-    def _view(self, ids: list[str], seen: list[PendingEntry]) -> HostTable:
-        return self.hosts.take(self.hosts.index_of(ids)).with_pending(seen)
 
     async def filter(self, v: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
         self.filtered.append((v.vm_id, len(seen)))
-        out = run_filters(self._view(ids, seen), v, self.policy.filter_calls())
-        return Screening(list(out.survivors.ids), out.removed)
-
-    async def weigh(self, v: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
-        calls = self.policy.weight_calls()
-        return select(ids, calls, run_weights(self._view(ids, seen), v, calls), self.policy.selector)
+        return await super().filter(v, ids, seen)
 
 
 def pending_for(v: VmSpec, host_id: str) -> PendingEntry:

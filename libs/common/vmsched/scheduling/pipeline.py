@@ -1,9 +1,9 @@
 """The scheduling pipeline as pure functions: candidates, filter chain, weights, selection, summary.
 
 The oVirt/Nova pipeline: candidates, filters, weights, selection; with one host left there is
-nothing to weigh. The services split these steps across processes (filter-worker runs
-`run_filters`, weigher runs `run_weights`, selector does the rest); `decide` runs them all in one
-process, which is what tests and the bench's no-bus baseline use. Same code either way.
+nothing to weigh. The filter-worker runs `run_filters`, the weigher `run_weights` and `select`;
+how they compose into a decision is vmsched.scheduling.placement.place, which the selector runs
+with steps over the bus and the in-process paths with placement.LocalSteps. Same code either way.
 """
 
 from __future__ import annotations
@@ -141,32 +141,3 @@ def summarize(candidates: int, available: int, removed: Sequence[FilteredHost]) 
                 why = name
         parts.append(f"{n} {name} ({why})")
     return f"{head}: " + ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class LocalDecision:
-    """What `decide` found: the ordered hosts (best first) and everything that explains it."""
-
-    hosts: list[str]
-    removed: list[FilteredHost]
-    candidates: int
-    summary: str
-    scores: ScoreTable | None
-
-
-def decide(
-    hosts: HostTable,
-    vm: VmSpec,
-    filters: Sequence[UnitCall],
-    weights: Sequence[UnitCall],
-    selector: str = "RankSelector",
-) -> LocalDecision:
-    """The whole pipeline in one process over candidate `hosts` (pending already folded in)."""
-    outcome = run_filters(hosts, vm, filters)
-    survivors = outcome.survivors
-    summary = summarize(len(hosts), len(survivors), outcome.removed)
-    if len(survivors) <= 1:
-        # As in oVirt: with one host left there is nothing to weigh.
-        return LocalDecision(list(survivors.ids), outcome.removed, len(hosts), summary, None)
-    table = select(survivors.ids, weights, run_weights(survivors, vm, weights), selector)
-    return LocalDecision(list(table.hosts), outcome.removed, len(hosts), summary, table)

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
-from vmsched.scheduling.pipeline import summarize
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.pipeline import run_filters, run_weights, select, summarize
 from vmsched.scheduling.policy import Policy
 
 
@@ -124,8 +125,37 @@ async def place(
     return Placed([p for p, _ in placed], [e for _, e in placed], first)
 
 
+class LocalSteps:
+    """Filter and weigh steps in this process, over one cluster's HostTable: what the filter-worker
+    and the weigher run, without the bus (the bench's in-process path, tests, a simulator)."""
+
+    def __init__(self, hosts: HostTable, policy: Policy, *, now: float | None = None) -> None:
+        self.hosts = hosts
+        self.policy = policy
+        #: The decision's instant for time-dependent units (as a worker gets it from the request).
+        self.now = now
+        self._filters = policy.filter_calls()
+        self._weights = policy.weight_calls()
+
+    def _view(self, ids: list[str], seen: list[PendingEntry]) -> HostTable:
+        whole = len(ids) == len(self.hosts) and ids == list(self.hosts.ids)
+        view = self.hosts if whole else self.hosts.take(self.hosts.index_of(ids))
+        return view.with_pending(seen, now=self.now)
+
+    async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
+        out = run_filters(self._view(ids, seen), vm, self._filters)
+        return Screening(list(out.survivors.ids), out.removed)
+
+    async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
+        if not self._weights:
+            # No weights: keep the filter order, as the selector does.
+            return ScoreTable(selector=self.policy.selector, hosts=ids, units=[], totals=[0.0] * len(ids))
+        return select(ids, self._weights, run_weights(self._view(ids, seen), vm, self._weights), self.policy.selector)
+
+
 __all__ = [
     "FilterFn",
+    "LocalSteps",
     "Outcome",
     "PendingFor",
     "Placed",
