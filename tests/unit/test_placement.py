@@ -8,9 +8,17 @@ import uuid
 
 from tests.factories import host, pend, table, vm
 from vmsched.contracts import PendingEntry, ScheduleRequest, VmSpec
-from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Screening, Unplaceable, WaitForPending, place
+from vmsched.scheduling.placement import (
+    LocalSteps,
+    Outcome,
+    Placed,
+    Screening,
+    Unplaceable,
+    WaitForPending,
+    pending_entry,
+    place,
+)
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 
 POLICY: Policy = BUILTIN_POLICIES["evenly_distributed"]
@@ -29,17 +37,7 @@ class Local(LocalSteps):
 
 
 def pending_for(v: VmSpec, host_id: str) -> PendingEntry:
-    cost = vm_cost(v)
-    return PendingEntry(
-        vm_id=v.vm_id,
-        host_id=host_id,
-        mem_mb=cost.mem_mb,
-        vcpus=cost.vcpus,
-        cpus_pinned=cost.cpus_pinned,
-        request_id=uuid.uuid4(),
-        fencing_token=1,
-        expires_at=1e12,
-    )
+    return pending_entry(v, host_id, request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
 
 
 def request(*vms: VmSpec) -> ScheduleRequest:

@@ -56,10 +56,9 @@ from vmsched.contracts import (
     WeighRequest,
 )
 from vmsched.errors import VmschedError
-from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
-from vmsched.scheduling.placement import LocalSteps, Placed, place
+from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
 from vmsched.scheduling.policy import DEFAULT_POLICY, Policy
 from vmsched.settings import Settings
 
@@ -143,17 +142,7 @@ def bench_in_process(n_hosts: int, decisions: int, seed: int, policy: Policy = D
     vms = [_vm(rng, i) for i in range(decisions)]
 
     def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
-        cost = vm_cost(vm)
-        return PendingEntry(
-            vm_id=vm.vm_id,
-            host_id=host_id,
-            mem_mb=cost.mem_mb,
-            vcpus=cost.vcpus,
-            cpus_pinned=cost.cpus_pinned,
-            request_id=uuid.uuid4(),
-            fencing_token=1,
-            expires_at=time.time() + 60,
-        )
+        return pending_entry(vm, host_id, request_id=uuid.uuid4(), fencing_token=1, expires_at=time.time() + 60)
 
     async def run() -> tuple[list[float], int]:
         lat: list[float] = []

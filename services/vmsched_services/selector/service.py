@@ -53,9 +53,8 @@ from vmsched.errors import InvalidRequest, LockTimeout, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.runtime import Runtime
-from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.pipeline import candidate_hosts, select
-from vmsched.scheduling.placement import Unplaceable, WaitForPending, place
+from vmsched.scheduling.placement import Unplaceable, WaitForPending, pending_entry, place
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
 from vmsched.store.decisions import StoredDecision, request_fingerprint
@@ -261,18 +260,8 @@ class Selector:
                 _lap("weigh", since)
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
-            # What the VM holds on its host until the engine reports it running (or failed).
-            cost = vm_cost(vm)
-            return PendingEntry(
-                vm_id=vm.vm_id,
-                host_id=host_id,
-                mem_mb=cost.mem_mb,
-                vcpus=cost.vcpus,
-                cpus_pinned=cost.cpus_pinned,
-                request_id=req.request_id,
-                fencing_token=token,
-                expires_at=time.time() + self.settings.pending_ttl_s,
-            )
+            expires = time.time() + self.settings.pending_ttl_s
+            return pending_entry(vm, host_id, request_id=req.request_id, fencing_token=token, expires_at=expires)
 
         outcome = await place(
             req,

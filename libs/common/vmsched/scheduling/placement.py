@@ -16,8 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
+from uuid import UUID
 
 from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import run_filters, run_weights, select, summarize
 from vmsched.scheduling.policy import Policy
@@ -125,6 +127,21 @@ async def place(
     return Placed([p for p, _ in placed], [e for _, e in placed], first)
 
 
+def pending_entry(vm: VmSpec, host_id: str, *, request_id: UUID, fencing_token: int, expires_at: float) -> PendingEntry:
+    """What `vm` placed on `host_id` holds there until the engine reports it running (or failed)."""
+    cost = vm_cost(vm)
+    return PendingEntry(
+        vm_id=vm.vm_id,
+        host_id=host_id,
+        mem_mb=cost.mem_mb,
+        vcpus=cost.vcpus,
+        cpus_pinned=cost.cpus_pinned,
+        request_id=request_id,
+        fencing_token=fencing_token,
+        expires_at=expires_at,
+    )
+
+
 class LocalSteps:
     """Filter and weigh steps in this process, over one cluster's HostTable: what the filter-worker
     and the weigher run, without the bus (the bench's in-process path, tests, a simulator)."""
@@ -164,5 +181,6 @@ __all__ = [
     "Unplaceable",
     "WaitForPending",
     "WeighFn",
+    "pending_entry",
     "place",
 ]
