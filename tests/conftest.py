@@ -6,7 +6,6 @@ prefix (in Redis database 15), and its own PostgreSQL database, all removed at t
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
@@ -17,6 +16,7 @@ import redis.asyncio as aioredis
 
 from tests import servers
 from vmsched.logging import configure
+from vmsched.procs import delete_broker_objects
 from vmsched.settings import Settings
 
 if TYPE_CHECKING:
@@ -58,28 +58,7 @@ async def settings(run_id: str, server_urls: servers.Servers) -> AsyncIterator[S
     """
     cfg = _settings(run_id, server_urls)
     yield cfg
-    await _delete_amqp_objects(cfg)
-
-
-async def _delete_amqp_objects(cfg: Settings) -> None:
-    import aio_pika
-
-    from vmsched import constants as c
-
-    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
-    exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
-    conn = await aio_pika.connect(cfg.amqp_url)
-    try:
-        for name in queues:
-            ch = await conn.channel()  # a failed delete closes the channel: one per object
-            with contextlib.suppress(Exception):
-                await ch.queue_delete(cfg.amqp_prefix + name)
-        for name in exchanges:
-            ch = await conn.channel()
-            with contextlib.suppress(Exception):
-                await ch.exchange_delete(cfg.amqp_prefix + name)
-    finally:
-        await conn.close()
+    await delete_broker_objects(cfg)
 
 
 def _settings(run_id: str, server_urls: servers.Servers) -> Settings:

@@ -384,3 +384,23 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
+
+
+async def delete_broker_objects(settings: Settings) -> None:
+    """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
+    import aio_pika
+
+    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    conn = await aio_pika.connect(settings.amqp_url)
+    try:
+        for name in queues:
+            ch = await conn.channel()  # a failed delete closes the channel: one per object
+            with contextlib.suppress(Exception):
+                await ch.queue_delete(settings.amqp_prefix + name)
+        for name in exchanges:
+            ch = await conn.channel()
+            with contextlib.suppress(Exception):
+                await ch.exchange_delete(settings.amqp_prefix + name)
+    finally:
+        await conn.close()

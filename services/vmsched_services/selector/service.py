@@ -24,6 +24,8 @@ decision -> publish it as event `decision.<cluster>` -> release -> reply.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -72,6 +74,16 @@ def _lap(stage: str, since: float) -> float:
     if stages is not None:
         stages[stage] = round(stages.get(stage, 0.0) + (now - since) * 1000, 3)
     return now
+
+
+@contextmanager
+def _stage(stage: str) -> Iterator[None]:
+    """Time the body as `stage` of the current request (a filter or weigh call)."""
+    since = time.perf_counter()
+    try:
+        yield
+    finally:
+        _lap(stage, since)
 
 
 @dataclass(frozen=True)
@@ -246,18 +258,12 @@ class Selector:
         _lap("read_state", t)
 
         async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> FilterReply:
-            since = time.perf_counter()
-            try:
+            with _stage("filter"):
                 return await self._filter(req, vm, policy, version, hosts, seen)
-            finally:
-                _lap("filter", since)
 
         async def weigh_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> ScoreTable:
-            since = time.perf_counter()
-            try:
+            with _stage("weigh"):
                 return await self._weigh(req, vm, policy, version, hosts, seen)
-            finally:
-                _lap("weigh", since)
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             expires = time.time() + self.settings.pending_ttl_s

@@ -23,7 +23,7 @@ from typing import Any
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, ScheduleDecision, VmSpec
-from vmsched.procs import ServiceStack
+from vmsched.procs import ServiceStack, delete_broker_objects
 from vmsched.settings import Settings
 
 Figure = int | float | str
@@ -121,25 +121,10 @@ def scoped_settings(base: Settings, experiment: str, **overrides: Any) -> Settin
 
 async def cleanup(settings: Settings) -> None:
     """Delete the experiment's queues, exchanges and Redis keys (only those under its prefixes)."""
-    import aio_pika
-
     from vmsched.store.redis import connect
 
-    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
-    exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     with contextlib.suppress(Exception):
-        conn = await aio_pika.connect(settings.amqp_url)
-        try:
-            for name in queues:
-                ch = await conn.channel()  # a failed delete closes the channel: one per object
-                with contextlib.suppress(Exception):
-                    await ch.queue_delete(settings.amqp_prefix + name)
-            for name in exchanges:
-                ch = await conn.channel()
-                with contextlib.suppress(Exception):
-                    await ch.exchange_delete(settings.amqp_prefix + name)
-        finally:
-            await conn.close()
+        await delete_broker_objects(settings)
     redis = connect(settings)
     try:
         with contextlib.suppress(Exception):
