@@ -11,17 +11,19 @@ from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 import redis.asyncio as aioredis
 
 from tests import servers
+from vmsched.client import SchedulerClient
 from vmsched.logging import configure
-from vmsched.procs import delete_broker_objects
 from vmsched.settings import Settings
+from vmsched_services.tools.procs import delete_broker_objects
 
 if TYPE_CHECKING:
     from vmsched.client import SchedulerClient
-    from vmsched.procs import ServiceStack
+    from vmsched_services.tools.procs import ServiceStack
 
 TEST_REDIS_DB = 15
 
@@ -89,7 +91,6 @@ async def redis_client(settings: Settings) -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture(scope="session")
 async def database(settings: Settings) -> AsyncIterator[str]:
     """A fresh PostgreSQL database for this run (dropped at the end); yields its URL."""
-    import asyncpg
 
     name = urlsplit(settings.postgres_url).path.lstrip("/")
     admin_url = _with_path(settings.postgres_url, "/postgres")
@@ -120,7 +121,6 @@ async def client(stack: Settings | ServiceStack) -> AsyncIterator[SchedulerClien
     Integration modules define `stack` as the Settings of services running in this process; the
     e2e `stack` is a ServiceStack of processes, whose settings the client shares.
     """
-    from vmsched.client import SchedulerClient
 
     cfg = stack if isinstance(stack, Settings) else stack.settings
     async with SchedulerClient(cfg) as cl:

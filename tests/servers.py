@@ -36,7 +36,7 @@ def _answers(url: str, default_port: int) -> bool:
 
 def _docker_runs() -> bool:
     try:
-        import docker  # type: ignore[import-untyped,unused-ignore]
+        import docker  # type: ignore[import-untyped,unused-ignore]  # noqa: PLC0415 - optional, untyped
 
         docker.from_env().ping()
         return True
@@ -65,18 +65,18 @@ def resolve() -> Servers:
 def _start_container(name: str, containers: list[object]) -> str:
     # Imported lazily: testcontainers is an optional extra, only for machines with Docker.
     if name == "amqp":
-        from testcontainers.rabbitmq import RabbitMqContainer
+        from testcontainers.rabbitmq import RabbitMqContainer  # noqa: PLC0415 - optional extra
 
         c = RabbitMqContainer("rabbitmq:3.13-management").start()
         containers.append(c)
         return f"amqp://guest:guest@{c.get_container_host_ip()}:{c.get_exposed_port(5672)}/"
     if name == "redis":
-        from testcontainers.redis import RedisContainer
+        from testcontainers.redis import RedisContainer  # noqa: PLC0415 - optional extra
 
         r = RedisContainer("redis:7").start()
         containers.append(r)
         return f"redis://{r.get_container_host_ip()}:{r.get_exposed_port(6379)}/0"
-    from testcontainers.postgres import PostgresContainer
+    from testcontainers.postgres import PostgresContainer  # noqa: PLC0415 - optional extra
 
     p = PostgresContainer("postgres:16", driver=None).start()
     containers.append(p)

@@ -1,6 +1,6 @@
-"""Services as real OS processes (`python -m vmsched.cli run NAME`), for the end-to-end tests.
+"""Services as real OS processes (`python -m vmsched_services.tools.cli run NAME`), for the end-to-end tests.
 
-`stack` gives a test a `vmsched.procs.ServiceStack`: it starts services as child processes with this
+`stack` gives a test a `vmsched_services.tools.procs.ServiceStack`: it starts services as child processes with this
 run's settings in their environment, waits until each one consumes its RPC queue (observed on the
 broker, not guessed with sleeps), can freeze, kill or restart one, and stops everything at teardown
 (SIGTERM, then SIGKILL). Each process writes stdout and stderr to files under the test's tmp_path;
@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from vmsched.db import migrate
-from vmsched.procs import ServiceProcess, ServiceStack
 from vmsched.settings import Settings
+from vmsched_services.tools.procs import ServiceProcess, ServiceStack
 
 __all__ = ["SERVICE_OVERRIDES", "ServiceProcess", "ServiceStack"]
 

@@ -15,6 +15,8 @@ from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, MigrationDecision
 from vmsched.db import PolicyRepository
 from vmsched.db import connect as connect_pg
+from vmsched.store.lease import Leases
+from vmsched.store.redis import connect
 
 pytestmark = pytest.mark.e2e
 
@@ -73,8 +75,6 @@ async def test_a_hot_host_gets_a_migration_then_the_cluster_calms_down(stack: Se
 
 async def test_killing_the_lease_holder_hands_the_cluster_to_another_balancer(stack: ServiceStack, unique: str) -> None:
     """Two balancer processes; the one holding the cluster's lease is SIGKILLed mid-way."""
-    from vmsched.store.lease import Leases
-    from vmsched.store.redis import connect
 
     stack.settings = stack.settings.model_copy(
         update={"balance_interval_s": INTERVAL_S, "lease_ttl_s": 0.6, "migration_cooldown_s": 60.0}

@@ -127,7 +127,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vmsched.cli",
+        "vmsched_services.tools.cli",
         "explain",
         str(d.request_id),
         "--hosts",

@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from vmsched.db import migrate
-from vmsched.procs import settings_env
 from vmsched.settings import Settings
+from vmsched_services.tools.procs import settings_env
 
 pytestmark = pytest.mark.e2e
 
@@ -21,7 +21,7 @@ async def test_demo_places_vms_and_overcommits_no_host(settings: Settings, datab
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vmsched.cli",
+        "vmsched_services.tools.cli",
         "demo",
         "--json",
         "--clusters",

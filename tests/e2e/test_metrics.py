@@ -11,8 +11,8 @@ import pytest
 
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, VmSpec
-from vmsched.procs import Supervisor
 from vmsched.settings import Settings
+from vmsched_services.tools.procs import Supervisor
 
 pytestmark = pytest.mark.e2e
 

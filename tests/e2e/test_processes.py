@@ -230,7 +230,7 @@ async def test_vmsched_schedule_command_prints_a_decision(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "vmsched.cli",
+        "vmsched_services.tools.cli",
         "schedule",
         "--cluster",
         cluster,

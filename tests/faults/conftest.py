@@ -1,6 +1,6 @@
-"""The fault suite's short versions (vmsched.chaos): real service processes on the real servers.
+"""The fault suite's short versions (vmsched_services.tools.chaos): real service processes on the real servers.
 
-Each experiment runs under prefixes of its own inside this run's (see vmsched.chaos.base), with its
+Each experiment runs under prefixes of its own inside this run's (see vmsched_services.tools.chaos.base), with its
 service processes' logs under the test's tmp_path; a failure report carries the experiment's
 figures and the tails of those logs.
 """
@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from vmsched.chaos import EXPERIMENTS, Result
 from vmsched.db import migrate
 from vmsched.settings import Settings
+from vmsched_services.tools.chaos import EXPERIMENTS, Result
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,9 @@ from urllib.parse import urlsplit
 import aio_pika
 import pytest
 
-from vmsched.chaos.inject import (
+from vmsched.settings import Settings
+from vmsched.store.redis import connect
+from vmsched_services.tools.chaos.inject import (
     amqp_port,
     broker_connections,
     close_broker_connections,
@@ -20,9 +22,7 @@ from vmsched.chaos.inject import (
     redis_port,
     run_tool,
 )
-from vmsched.procs import ServiceProcess, ServiceStack, local_ports
-from vmsched.settings import Settings
-from vmsched.store.redis import connect
+from vmsched_services.tools.procs import ServiceProcess, ServiceStack, local_ports
 
 pytestmark = pytest.mark.faults
 

@@ -16,6 +16,8 @@ from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
+from vmsched.store import Keys
+from vmsched.store.redis import connect
 from vmsched_services.balancer.service import Balancer
 
 pytestmark = pytest.mark.integration
@@ -129,8 +131,6 @@ async def test_a_dead_lease_holder_hands_the_cluster_over_within_an_interval(bal
 
 async def test_a_host_where_the_vm_failed_before_is_not_a_target(balancing: Settings, unique: str) -> None:
     """The state tracker remembered that this VM failed on b: the balancer sends it to c instead."""
-    from vmsched.store import Keys
-    from vmsched.store.redis import connect
 
     cluster = f"avoid-{unique}"
     redis = connect(balancing)

@@ -21,10 +21,10 @@ import redis.asyncio as aioredis
 
 from tests.factories import pending_entry
 from vmsched.errors import FencedOut, LockTimeout
-from vmsched.procs import settings_env
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
 from vmsched.store.lock import WATCHDOG_TASK_PREFIX
+from vmsched_services.tools.procs import settings_env
 
 pytestmark = pytest.mark.integration
 

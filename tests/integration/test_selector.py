@@ -16,6 +16,8 @@ from tests import factories
 from tests.integration.conftest import services
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
+    AffinityGroup,
+    AffinityRule,
     DecisionStatus,
     ScheduleDecision,
     ScheduleRequest,
@@ -28,7 +30,7 @@ from vmsched.errors import RemoteError
 from vmsched.runtime import Runtime
 from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.settings import Settings
-from vmsched.store import DecisionStore, PendingStore
+from vmsched.store import DecisionStore, Keys, PendingStore
 from vmsched.store.decisions import request_fingerprint
 from vmsched.store.redis import connect
 from vmsched_services.selector.service import start as start_selector
@@ -90,8 +92,6 @@ async def test_places_records_pending_under_the_token_and_publishes(
     assert [u.unit for u in d.explanation.scores.units] == [w.unit for w in DEFAULT_POLICY.weights]
     await asyncio.wait_for(follower, 5)
     assert received[0].request_id == d.request_id
-
-    from vmsched.store.redis import connect
 
     redis = connect(stack)
     try:
@@ -229,7 +229,6 @@ async def test_a_batch_spreads_by_virtually_consuming_each_chosen_host(
     assert sorted(p.host_id for p in d.placements) == sorted(hosts)
     assert d.host_id == d.placements[0].host_id
     assert d.explanation.summary.startswith("placed 3 VMs; first: ")
-    from vmsched.store.redis import connect
 
     redis = connect(stack)
     try:
@@ -248,7 +247,6 @@ async def test_a_batch_is_placed_whole_or_not_at_all(client: SchedulerClient, st
     assert d.status is DecisionStatus.UNPLACEABLE
     assert d.placements == []
     assert d.explanation.summary.startswith(f"vm-{unique}-2 (3/3): 0/2 hosts available: 2 Memory")
-    from vmsched.store.redis import connect
 
     redis = connect(stack)
     try:
@@ -269,7 +267,6 @@ async def test_nova_style_instances_get_their_own_ids(client: SchedulerClient, u
 
 async def test_a_batch_in_a_hard_positive_group_lands_on_one_host(client: SchedulerClient, unique: str) -> None:
     """The built-in policy runs VmAffinityGroups: the second VM sees the first one pending on its host."""
-    from vmsched.contracts import AffinityGroup, AffinityRule
 
     cluster = f"together-{unique}"
     await make_cluster(client, cluster, 4)
@@ -288,8 +285,6 @@ async def test_a_start_that_ends_elsewhere_or_fails_is_remembered_against_its_ho
     client: SchedulerClient, stack: Settings, unique: str
 ) -> None:
     """The engine reports the VM somewhere else (or failed): the host it was placed on is remembered."""
-    from vmsched.store import Keys
-    from vmsched.store.redis import connect
 
     cluster = f"tried-{unique}"
     hosts = await make_cluster(client, cluster, 3)

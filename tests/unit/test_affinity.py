@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from tests.factories import host, kept, pend, reasons, table, vm
 from vmsched.contracts import AffinityGroup, AffinityRule, PendingEntry, VmSpec
 from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.units import get_unit
 from vmsched.scheduling.units.affinity import (
     AFFINITY_UNITS,
     different_host_filter,
@@ -496,8 +497,6 @@ def test_breaking_one_more_soft_group_never_helps(broken: list[list[int]], extra
 
 def test_hard_positive_group_with_members_only_on_removed_hosts_keeps_no_host() -> None:
     """The members run on a host no longer in play: joining them is impossible, so nothing passes."""
-    from vmsched.contracts import AffinityGroup, AffinityRule
-    from vmsched.scheduling.units import get_unit
 
     full = table(host("h1", vm_ids=["other"]), host("h2"), host("h3"))
     in_play = full.subset(["h2", "h3"])  # h1 was removed by an earlier filter

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.factories import CLUSTER, host, pend, table, vm_report
 from vmsched.contracts import ClusterReport, HostState, HostStatus, VmReport
+from vmsched.errors import InvalidProperty
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.balance import (
     POWER_OFF,
@@ -520,7 +521,6 @@ def test_units_carry_balance_and_properties() -> None:
     assert validate_properties(HA_RESERVATION, {})["OverUtilization"] == "200"
     assert "MaxFreeMemoryForOverUtilized" not in validate_properties(EVEN_CPU, {})
     assert validate_properties(EVEN_CPU, {"MinFreeMemoryForUnderUtilized": "1024"})["MinFreeMemoryForUnderUtilized"]
-    from vmsched.errors import InvalidProperty
 
     with pytest.raises(InvalidProperty):
         validate_properties(HA_RESERVATION, {"OverUtilization": "99"})

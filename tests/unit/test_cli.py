@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from vmsched.cli import EXIT_ERROR, EXIT_USAGE, main
+from vmsched_services.tools.cli import EXIT_ERROR, EXIT_USAGE, main
 
 NOWHERE = "127.0.0.1:1"  # a port nothing listens on: connections are refused at once
 

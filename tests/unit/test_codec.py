@@ -9,6 +9,7 @@ import uuid
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from vmsched.bus.codec import (
     ERROR_MESSAGE_MAX,
@@ -160,7 +161,6 @@ def test_a_huge_nested_input_is_quoted_by_its_first_items_only() -> None:
 
 
 def test_describe_validation_error_gives_text_and_first_location() -> None:
-    from pydantic import ValidationError
 
     with pytest.raises(ValidationError) as info:
         VmSpec.model_validate({"vm_id": "", "mem_mb": 0, "vcpus": 1})

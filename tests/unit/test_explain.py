@@ -5,8 +5,18 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from vmsched.contracts import Explanation, FilteredHost, ScheduleDecision, ScoreTable, UnitScores
-from vmsched.explain import render_table
+from vmsched.contracts import (
+    Explanation,
+    FilteredHost,
+    HaAlert,
+    HaRecovered,
+    MigrationDecision,
+    PowerAction,
+    ScheduleDecision,
+    ScoreTable,
+    UnitScores,
+)
+from vmsched.explain import render_event, render_table
 
 
 def _decision() -> ScheduleDecision:
@@ -67,8 +77,6 @@ def test_columns_are_capped_and_say_so() -> None:
 
 
 def test_watch_lines_name_what_happened() -> None:
-    from vmsched.contracts import HaAlert, HaRecovered, MigrationDecision, PowerAction
-    from vmsched.explain import render_event
 
     now = datetime.now(UTC)
     migration = MigrationDecision(

@@ -34,6 +34,7 @@ from vmsched.contracts import (
     VmReport,
     VmSpec,
 )
+from vmsched.errors import RemoteError
 from vmsched.settings import Settings
 
 
@@ -143,7 +144,6 @@ class SchedulerClient:
         self, cluster_id: str, *, hosts: int, timeout: float = 30.0, poll: float = 0.05
     ) -> ClusterState:
         """Wait until the state tracker knows at least `hosts` hosts of the cluster."""
-        from vmsched.errors import RemoteError
 
         loop = asyncio.get_running_loop()
         end = loop.time() + timeout

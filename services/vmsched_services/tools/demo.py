@@ -21,18 +21,27 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     ClusterReport,
     DecisionStatus,
+    HaAlert,
     HostReport,
     HostStatus,
+    MigrationDecision,
     ScheduleDecision,
     VmReport,
     VmSpec,
     VmStatus,
 )
+from vmsched.db import PolicyRepository
+from vmsched.db import connect as connect_pg
 from vmsched.settings import Settings
+from vmsched.store import Keys
+from vmsched.store.redis import connect
+from vmsched_services import SERVICES
+from vmsched_services.runner import run
 
 
 @dataclass
@@ -129,9 +138,6 @@ async def run_demo(args: argparse.Namespace, settings: Settings) -> dict[str, An
     stop = asyncio.Event()
     services: asyncio.Task[None] | None = None
     if not args.external:
-        from vmsched_services import SERVICES
-        from vmsched_services.runner import run
-
         ready = asyncio.Event()
         # Short balancing and HA cycles so the drift and HA phases show up within seconds.
         quiet = settings.model_copy(
@@ -299,10 +305,6 @@ async def drift_phase(
     rng: random.Random,
 ) -> dict[str, Any] | None:
     """A host runs hot for a while; the balancer migrates a VM off it; the engine carries it out."""
-    from vmsched import constants as c
-    from vmsched.contracts import MigrationDecision
-    from vmsched.db import PolicyRepository
-    from vmsched.db import connect as connect_pg
 
     cluster = hosts[0].cluster_id
     on_host = Counter(h for cid, h, _ in placements.values() if cid == cluster)
@@ -359,10 +361,6 @@ async def drift_phase(
 
 async def ha_phase(client: SchedulerClient, settings: Settings, hosts: list[SimHost]) -> dict[str, Any] | None:
     """HA reservation on, then memory pressure everywhere: the HA monitor raises its alert."""
-    from vmsched import constants as c
-    from vmsched.contracts import HaAlert
-    from vmsched.db import PolicyRepository
-    from vmsched.db import connect as connect_pg
 
     cluster = hosts[0].cluster_id
     pool = await connect_pg(settings.postgres_url)
@@ -388,8 +386,6 @@ async def ha_phase(client: SchedulerClient, settings: Settings, hosts: list[SimH
 
 async def forget_clusters(settings: Settings, clusters: list[str]) -> None:
     """Remove the demo's clusters from Redis, so state trackers do not load them forever after."""
-    from vmsched.store import Keys
-    from vmsched.store.redis import connect
 
     keys = Keys.from_settings(settings)
     redis = connect(settings)

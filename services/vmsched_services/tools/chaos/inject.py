@@ -2,7 +2,7 @@
 
 The broker and Redis are shared (other clusters, other test runs): a connection is closed or a
 Redis client killed only when its peer port is one of the experiment's own child processes' local
-ports (read from /proc, vmsched.procs.local_ports), and, for the broker, when its connection name
+ports (read from /proc, vmsched_services.tools.procs.local_ports), and, for the broker, when its connection name
 is `vmsched-<service>` too. Nothing here closes "all connections" or kills "all clients".
 """
 
@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from vmsched.errors import InjectionError
-from vmsched.procs import ServiceProcess, local_ports
 from vmsched.settings import Settings
+from vmsched.store.redis import connect
+from vmsched_services.tools.procs import ServiceProcess, local_ports
 
 #: Bound on one rabbitmqctl call (the CLI boots an Erlang VM: a second or two on a small machine).
 RABBITMQCTL_TIMEOUT_S = 30.0
@@ -97,7 +98,6 @@ async def close_broker_connections(settings: Settings, procs: Iterable[ServicePr
 
 async def kill_redis_clients(settings: Settings, procs: Iterable[ServiceProcess]) -> int:
     """CLIENT KILL, one by one, the Redis connections of these processes (by their address); returns how many."""
-    from vmsched.store.redis import connect
 
     ports = set()
     for p in procs:

@@ -1,6 +1,6 @@
 """What every fault experiment shares: its result, its isolated scope on the servers, its clusters.
 
-An experiment runs real service processes (vmsched.procs.ServiceStack) against the real RabbitMQ,
+An experiment runs real service processes (vmsched_services.tools.procs.ServiceStack) against the real RabbitMQ,
 Redis and PostgreSQL, under AMQP and Redis prefixes of its own: it never sees, and never disturbs,
 another cluster's or another test run's queues, keys and connections. It ends with a `Result`: the
 figures it measured, and one `Check` per threshold (the figure, the bound, whether it held).
@@ -20,11 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aio_pika
+
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, ScheduleDecision, VmSpec
-from vmsched.procs import ServiceStack, delete_broker_objects
 from vmsched.settings import Settings
+from vmsched.store import PendingStore
+from vmsched.store.redis import connect
+from vmsched_services.tools.procs import ServiceStack, delete_broker_objects
 
 Figure = int | float | str
 
@@ -121,7 +125,6 @@ def scoped_settings(base: Settings, experiment: str, **overrides: Any) -> Settin
 
 async def cleanup(settings: Settings) -> None:
     """Delete the experiment's queues, exchanges and Redis keys (only those under its prefixes)."""
-    from vmsched.store.redis import connect
 
     with contextlib.suppress(Exception):
         await delete_broker_objects(settings)
@@ -284,8 +287,6 @@ def placement_faults(outcomes: list[Outcome], hosts: list[Host]) -> dict[str, in
 async def pending_duplicates(settings: Settings, outcomes: list[Outcome]) -> int:
     """Pending records that disagree with the decisions: a record for a VM on a host its decision
     did not name, or a record under a request id that is not the VM's (recorded twice)."""
-    from vmsched.store import PendingStore
-    from vmsched.store.redis import connect
 
     redis = connect(settings)
     try:
@@ -335,7 +336,6 @@ async def refused_requests(settings: Settings, limit: int = 100_000) -> Counter[
     experiment's own dead-letter queue (consumed). Requests that merely expired in a queue while
     their caller had given up (the broker's own dead-lettering, or "deadline passed") are left out:
     the caller retried those."""
-    import aio_pika
 
     reasons: Counter[str] = Counter()
     conn = await aio_pika.connect(settings.amqp_url)

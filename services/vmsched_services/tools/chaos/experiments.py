@@ -21,7 +21,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from vmsched.chaos.base import (
+from vmsched.client import SchedulerClient
+from vmsched.contracts import DecisionStatus, PendingEntry, VmReport, VmSpec, VmStatus
+from vmsched.settings import Settings
+from vmsched.store import ClusterLock, Keys, PendingStore
+from vmsched.store.redis import connect as connect_redis
+from vmsched_services.tools.chaos.base import (
     Outcome,
     Result,
     every,
@@ -35,12 +40,9 @@ from vmsched.chaos.base import (
     schedule_with_retries,
     scoped_settings,
 )
-from vmsched.client import SchedulerClient
-from vmsched.contracts import DecisionStatus, VmReport, VmSpec, VmStatus
-from vmsched.procs import ServiceProcess, ServiceStack, settings_env
-from vmsched.settings import Settings
-from vmsched.store import ClusterLock
-from vmsched.store.redis import connect as connect_redis
+from vmsched_services.tools.chaos.holder import stale_vm
+from vmsched_services.tools.chaos.inject import close_broker_connections, kill_redis_clients, restart_broker_app
+from vmsched_services.tools.procs import ServiceProcess, ServiceStack, settings_env
 
 #: Timeouts the experiments run with: the Settings defaults, whatever the caller's settings say
 #: (the test suite's settings shorten them), because the thresholds are stated against those.
@@ -316,9 +318,6 @@ async def stale_holder(
     hold timeout (None: the Settings default); the takeover is awaited, not assumed, so the
     experiment holds for a lock whose hold timeout is its TTL as for a short renewed lease.
     """
-    from vmsched.chaos.holder import stale_vm
-    from vmsched.contracts import PendingEntry
-    from vmsched.store import PendingStore
 
     res = Result("stale_holder", {"trials": trials, "per_round": per_round})
     started = time.monotonic()
@@ -342,7 +341,7 @@ async def stale_holder(
                 proc = await asyncio.create_subprocess_exec(
                     sys.executable,
                     "-m",
-                    "vmsched.chaos.holder",
+                    "vmsched_services.tools.chaos.holder",
                     *names,
                     env={**settings_env(settings), "PYTHONUNBUFFERED": "1"},
                     stdin=asyncio.subprocess.PIPE,
@@ -425,7 +424,6 @@ async def stale_holder(
 
 
 def _cluster_keys(settings: Settings, cid: str) -> list[str]:
-    from vmsched.store import Keys
 
     k = Keys.from_settings(settings)
     return [k.lock(cid), k.fence(cid), k.pending(cid), k.pending_version(cid)]
@@ -446,7 +444,6 @@ async def broker_drop(
     """During a stream of schedule requests, the services' broker connections are closed, their
     Redis connections killed and (`restart_broker`) the broker app restarted: nothing is lost or
     placed twice, and scheduling works again within 5 s of each fault's end."""
-    from vmsched.chaos.inject import close_broker_connections, kill_redis_clients, restart_broker_app
 
     res = Result("broker_drop", {"requests": requests, "concurrency": concurrency, "restart_broker": restart_broker})
     started = time.monotonic()

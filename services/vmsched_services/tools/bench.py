@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import platform
 import random
 import statistics
@@ -33,6 +34,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from vmsched.bus import connect as connect_bus
+from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     ClusterReport,
     ClusterState,
@@ -55,12 +58,19 @@ from vmsched.contracts import (
     WeighReply,
     WeighRequest,
 )
+from vmsched.db import PolicyRepository, migrate
+from vmsched.db import connect as connect_pg
 from vmsched.errors import VmschedError
+from vmsched.logging import configure
+from vmsched.scheduling.ha import check, naive_failing_hosts
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
-from vmsched.scheduling.policy import DEFAULT_POLICY, Policy
+from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
+from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
+from vmsched.store.redis import connect as connect_redis
+from vmsched_services.tools.procs import Supervisor
 
 
 def _hosts(rng: random.Random, cluster: str, n: int) -> list[HostReport]:
@@ -89,8 +99,6 @@ def catalogue_policy() -> Policy:
     ClusterInMaintenance is left out: it is a mode (only HA VMs start), not a constraint a
     policy combines with others, and it would stop every bench VM.
     """
-    from vmsched.scheduling.policy import FilterSequence, PolicyFilter, PolicyWeight
-    from vmsched.scheduling.units import REGISTRY
 
     return Policy(
         id=uuid.uuid5(uuid.NAMESPACE_URL, "vmsched:bench-catalogue"),
@@ -263,7 +271,6 @@ def _ha_cluster(n_hosts: int, n_vms: int, seed: int, *, skew: bool = False) -> t
 
 def bench_ha(seed: int) -> dict[str, Any]:
     """oVirt's HA reservation check: the fast version at 1,000 hosts / 20,000 HA VMs, and against the naive one."""
-    from vmsched.scheduling.ha import check, naive_failing_hosts
 
     out: dict[str, Any] = {}
     for label, skew in (("spread", False), ("half_on_one_host", True)):
@@ -303,9 +310,8 @@ async def _timed(n: int, concurrency: int, one: Callable[[int], Awaitable[None]]
 
 async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
     """One RPC round trip to an empty handler in another bus connection: the cost of a hop."""
-    from vmsched.bus import connect
 
-    server, client = connect(settings, "bench-echo"), connect(settings, "bench-client")
+    server, client = connect_bus(settings, "bench-echo"), connect_bus(settings, "bench-client")
     await server.start()
     await client.start()
 
@@ -331,10 +337,6 @@ async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
 async def bench_bus(
     settings: Settings, n_hosts: int, decisions: int, concurrency: int, seed: int, policy: Policy = DEFAULT_POLICY
 ) -> dict[str, Any]:
-    from vmsched.client import SchedulerClient
-    from vmsched.db import PolicyRepository, migrate
-    from vmsched.db import connect as connect_pg
-    from vmsched.procs import Supervisor
 
     rng = random.Random(seed)
     await migrate(settings.postgres_url)
@@ -421,15 +423,13 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
 
 
 def _cpus() -> int:
-    import os
 
     return os.cpu_count() or 0
 
 
 async def _cleanup(settings: Settings) -> None:
-    from vmsched.store.redis import connect
 
-    redis = connect(settings)
+    redis = connect_redis(settings)
     try:
         async for key in redis.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
             await redis.delete(key)
@@ -463,7 +463,6 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-    from vmsched.logging import configure
 
     configure("WARNING", "console")
     result = asyncio.run(run_bench(args, settings))

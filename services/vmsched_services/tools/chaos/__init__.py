@@ -17,10 +17,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from vmsched.chaos.base import Check, Result
-from vmsched.chaos.experiments import broker_drop, selector_kill, stale_holder, worker_kill
-from vmsched.chaos.hostile import hostile_input
 from vmsched.settings import Settings
+from vmsched_services.tools.chaos.base import Check, Result
+from vmsched_services.tools.chaos.experiments import broker_drop, selector_kill, stale_holder, worker_kill
+from vmsched_services.tools.chaos.hostile import hostile_input
 
 ExperimentFn = Callable[..., Awaitable[Result]]
 

@@ -19,8 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aio_pika
+from aio_pika.abc import AbstractIncomingMessage
+
 from vmsched import constants as c
-from vmsched.chaos.base import (
+from vmsched.client import SchedulerClient
+from vmsched.contracts import VmSpec
+from vmsched.settings import Settings
+from vmsched_services.tools.chaos.base import (
     Outcome,
     Result,
     make_clusters,
@@ -29,10 +35,9 @@ from vmsched.chaos.base import (
     schedule_with_retries,
     scoped_settings,
 )
-from vmsched.chaos.experiments import DEFAULT_TIMEOUTS, _defaults, _tag
-from vmsched.client import SchedulerClient
-from vmsched.procs import READY_ROUTE, rss_mb
-from vmsched.settings import Settings
+from vmsched_services.tools.chaos.experiments import DEFAULT_TIMEOUTS, _defaults, _tag
+from vmsched_services.tools.chaos.inject import queue_depths
+from vmsched_services.tools.procs import READY_ROUTE, rss_mb
 
 #: The length of the poison property value: longer than an ErrorReply's message may be.
 POISON_LEN = 9_000
@@ -201,10 +206,6 @@ async def hostile_input(
     probe_every_s: float = 0.25,
     seed: int = 5,
 ) -> Result:
-    import aio_pika
-    from aio_pika.abc import AbstractIncomingMessage
-
-    from vmsched.chaos.inject import queue_depths
 
     res = Result("hostile_input", {"messages": messages, "rate_per_s": rate_per_s})
     started = time.monotonic()
@@ -332,7 +333,6 @@ async def hostile_input(
 
 
 def _probe_vm(vm_id: str) -> Any:
-    from vmsched.contracts import VmSpec
 
     return VmSpec(vm_id=vm_id, mem_mb=64, vcpus=1, networks=["vmnet"])
 

@@ -2,7 +2,7 @@
 
 Readiness is observed from the broker, not guessed from sleeps: a service is ready when its RPC
 queue has one more consumer than before it started. `Supervisor` starts and stops a set of
-services; `ServiceStack` (the end-to-end tests and the fault suite, vmsched.chaos) can also freeze,
+services; `ServiceStack` (the end-to-end tests and the fault suite, vmsched_services.tools.chaos) can also freeze,
 kill and restart one, and tell what a process holds (its sockets, its memory).
 """
 
@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aio_pika
+
 from vmsched import constants as c
 from vmsched.settings import Settings
+from vmsched_services import SERVICES
 
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractConnection
@@ -45,7 +48,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
 
 def service_command(service: str) -> list[str]:
     """The command line of a service child process (`vmsched run SERVICE` on this interpreter)."""
-    return [sys.executable, "-m", "vmsched.cli", "run", service]
+    return [sys.executable, "-m", "vmsched_services.tools.cli", "run", service]
 
 
 def rpc_queue(settings: Settings, service: str) -> str:
@@ -75,7 +78,6 @@ class Supervisor:
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     async def consumers(self, service: str) -> int:
-        import aio_pika
 
         conn = await aio_pika.connect(self.settings.amqp_url)
         try:
@@ -187,7 +189,6 @@ class ServiceStack:
     # ------------------------------------------------------------------ broker observations
     async def consumers(self, service: str) -> int:
         """Consumers on the service's RPC queue (0 if the queue does not exist yet)."""
-        import aio_pika
 
         for attempt in (1, 2):
             if self._conn is None or self._conn.is_closed:
@@ -250,7 +251,6 @@ class ServiceStack:
     # ------------------------------------------------------------------ lifecycle
     def spawn(self, service: str) -> ServiceProcess:
         """Start one service process without waiting for it."""
-        from vmsched_services import SERVICES
 
         if service not in SERVICES:
             raise ValueError(f"unknown service {service!r}")
@@ -388,7 +388,6 @@ def rss_mb(pid: int) -> float | None:
 
 async def delete_broker_objects(settings: Settings) -> None:
     """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
-    import aio_pika
 
     queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
     exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]

@@ -1,5 +1,5 @@
 """The lock holder of the stale_holder experiment, as its own process:
-`python -m vmsched.chaos.holder CLUSTER [CLUSTER ...]` (settings from VMSCHED_* variables).
+`python -m vmsched_services.tools.chaos.holder CLUSTER [CLUSTER ...]` (settings from VMSCHED_* variables).
 
 It takes each cluster's lock (vmsched.store.ClusterLock.hold, as the selector does) and prints
 `LOCKED <cluster> <token>` per cluster, then waits for a line `WRITE` on stdin. Meanwhile the
@@ -77,7 +77,7 @@ async def hold_then_write(clusters: list[str], settings: Settings) -> int:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print("usage: python -m vmsched.chaos.holder CLUSTER [CLUSTER ...]", file=sys.stderr)
+        print("usage: python -m vmsched_services.tools.chaos.holder CLUSTER [CLUSTER ...]", file=sys.stderr)
         return 2
     return asyncio.run(hold_then_write(argv, Settings()))
 
