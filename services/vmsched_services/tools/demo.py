@@ -17,9 +17,10 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
@@ -29,19 +30,22 @@ from vmsched.contracts import (
     HaAlert,
     HostReport,
     HostStatus,
+    Message,
     MigrationDecision,
     ScheduleDecision,
     VmReport,
     VmSpec,
     VmStatus,
 )
-from vmsched.db import PolicyRepository
+from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.settings import Settings
 from vmsched.store import Keys
 from vmsched.store.redis import connect
 from vmsched_services import SERVICES
 from vmsched_services.runner import run
+
+M = TypeVar("M", bound=Message)
 
 
 @dataclass
@@ -132,149 +136,174 @@ def _percentile(values: list[float], p: float) -> float:
     return ordered[k]
 
 
+@dataclass
+class Run:
+    """One demo run: the datacenter, what the demo itself placed and started, and the tally."""
+
+    client: SchedulerClient
+    settings: Settings
+    rng: random.Random
+    dc: dict[str, list[SimHost]]
+    json_output: bool
+    tally: Tally = field(default_factory=Tally)
+    starts: list[asyncio.Task[None]] = field(default_factory=list)
+    placed_per_cluster: Counter[str] = field(default_factory=Counter)
+    placements: dict[str, tuple[str, str, VmSpec]] = field(default_factory=dict)
+    done: int = 0
+
+    @property
+    def by_host(self) -> dict[str, SimHost]:
+        return {h.host_id: h for hosts in self.dc.values() for h in hosts}
+
+    async def report_datacenter(self) -> None:
+        """Every cluster and host reported, then waited for until the state tracker knows them all."""
+        for cid, hosts in self.dc.items():
+            await self.client.report_cluster(
+                ClusterReport(cluster_id=cid, memory_overcommit_pct=hosts[0].overcommit_pct)
+            )
+            for h in hosts:
+                cpu = round(self.rng.uniform(3, 35), 1)
+                await self.client.report_host(_report(h, cpu, datetime.now(UTC), is_spm=h is hosts[0]))
+        for cid, hosts in self.dc.items():
+            await self.client.wait_for_state(cid, hosts=len(hosts))
+
+    async def schedule_all(self, work: list[tuple[str, VmSpec]], concurrency: int) -> float:
+        """Schedule every request, `concurrency` at a time; returns the wall time in seconds."""
+        gate = asyncio.Semaphore(concurrency)
+        by_host = self.by_host
+        began = time.perf_counter()
+
+        async def one(cid: str, vm: VmSpec) -> None:
+            async with gate:
+                t0 = time.perf_counter()
+                try:
+                    d = await self.client.schedule(cid, vm, explain_scores=False, timeout=30)
+                except Exception as exc:  # an RPC failure is a result to report, not a crash
+                    self.tally.errors[type(exc).__name__] += 1
+                    self.tally.statuses["rpc_error"] += 1
+                    d = None
+                else:
+                    self.tally.latencies_ms.append((time.perf_counter() - t0) * 1000)
+            if d is not None:
+                self.record(cid, vm, d, by_host)
+            self.done += 1
+            if not self.json_output:
+                placed, unplaceable = self.tally.statuses["placed"], self.tally.statuses["unplaceable"]
+                _progress(self.done, len(work), placed, unplaceable, began)
+
+        await asyncio.gather(*(one(cid, vm) for cid, vm in work))
+        wall = time.perf_counter() - began
+        if not self.json_output and sys.stderr.isatty():
+            sys.stderr.write("\n")
+        await asyncio.gather(*self.starts)
+        return wall
+
+    def record(self, cid: str, vm: VmSpec, d: ScheduleDecision, by_host: dict[str, SimHost]) -> None:
+        """Count a decision; a placed VM is remembered on its host and started, as an engine would."""
+        self.tally.statuses[d.status.value] += 1
+        if d.status is DecisionStatus.PLACED and d.host_id is not None:
+            by_host[d.host_id].placed_mem_mb += vm.mem_mb + vm.overhead_mb
+            self.placements[vm.vm_id] = (cid, d.host_id, vm)
+            self.placed_per_cluster[cid] += 1
+            self.starts.append(asyncio.create_task(self.start_vm(vm, cid, d.host_id)))
+        elif d.status is DecisionStatus.UNPLACEABLE:
+            for f in {f.filter for f in d.explanation.filtered}:
+                self.tally.unplaceable_by_filter[f] += 1
+                self.tally.example_unplaceable.setdefault(f, d.explanation.summary)
+        elif d.error is not None:
+            self.tally.errors[d.error.code] += 1
+
+    async def start_vm(self, vm: VmSpec, cluster: str, host: str) -> None:
+        # The engine starts the VM; it reports running a little later.
+        await asyncio.sleep(self.rng.uniform(0.01, 0.1))
+        await self.client.report_vm(_running(vm, cluster, host, self.rng, mem_usage_pct=None))
+
+    async def tracker_committed(self) -> dict[str, int]:
+        """Memory committed per host as the state tracker sees it, once it has caught up with the starts."""
+        committed: dict[str, int] = {}
+        for cid in self.dc:
+            deadline = time.monotonic() + 20
+            while True:
+                state = await self.client.state(cid)
+                if len(state.vms) >= self.placed_per_cluster[cid] or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.05)
+            committed.update({h.report.host_id: h.mem_committed_mb for h in state.hosts})
+        return committed
+
+    def summary(self, args: argparse.Namespace, wall: float, tracker_committed: dict[str, int]) -> dict[str, Any]:
+        by_host = self.by_host
+        tally = self.tally
+        over = [h.host_id for h in by_host.values() if h.placed_mem_mb > h.max_scheduling_mb]
+        tracker_over = [hid for hid, mem in tracker_committed.items() if mem > by_host[hid].max_scheduling_mb]
+        used = [h for h in by_host.values() if h.placed_mem_mb > 0]
+        return {
+            "clusters": len(self.dc),
+            "hosts": len(by_host),
+            "requests": args.requests,
+            "placed": tally.statuses["placed"],
+            "unplaceable": tally.statuses["unplaceable"],
+            "unplaceable_reasons": dict(tally.unplaceable_by_filter.most_common()),
+            "unplaceable_examples": tally.example_unplaceable,
+            "errors": dict(tally.errors),
+            "expired": tally.statuses["expired"],
+            "decisions_per_second": round(len(tally.latencies_ms) / wall, 1) if wall else 0.0,
+            "latency_ms_p50": round(_percentile(tally.latencies_ms, 50), 2),
+            "latency_ms_p99": round(_percentile(tally.latencies_ms, 99), 2),
+            "hosts_used": len(used),
+            "over_committed_hosts": len(over),
+            "over_committed_hosts_per_state_tracker": len(tracker_over),
+            "concurrency": args.concurrency,
+            "services": "external" if args.external else "in-process (vmsched up)",
+        }
+
+
+async def _start_services(settings: Settings, stop: asyncio.Event) -> asyncio.Task[None]:
+    """Every service in this process, with short balancing and HA cycles so those phases show within seconds."""
+    ready = asyncio.Event()
+    quiet = settings.model_copy(
+        update={"log_level": "WARNING", "balance_interval_s": 1.0, "lease_ttl_s": 0.6, "ha_interval_s": 1.0}
+    )
+    services = asyncio.create_task(run(list(SERVICES), quiet, stop=stop, ready=ready))
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({services, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if services.done():
+        waiter.cancel()
+        services.result()  # raises why the services could not start
+    return services
+
+
 async def run_demo(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
     rng = random.Random(args.seed)
     tag = uuid.uuid4().hex[:6]
     stop = asyncio.Event()
-    services: asyncio.Task[None] | None = None
     if not args.external:
-        ready = asyncio.Event()
-        # Short balancing and HA cycles so the drift and HA phases show up within seconds.
-        quiet = settings.model_copy(
-            update={"log_level": "WARNING", "balance_interval_s": 1.0, "lease_ttl_s": 0.6, "ha_interval_s": 1.0}
-        )
-        services = asyncio.create_task(run(list(SERVICES), quiet, stop=stop, ready=ready))
-        waiter = asyncio.create_task(ready.wait())
-        await asyncio.wait({services, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if services.done():
-            services.result()  # raises why the services could not start
+        await migrate(settings.postgres_url)  # the selector reads policies; idempotent
+    services = None if args.external else await _start_services(settings, stop)
     dc = build_datacenter(rng, tag, args.clusters, args.hosts)
-    by_host = {h.host_id: h for hosts in dc.values() for h in hosts}
-    tally = Tally()
-    starts: list[asyncio.Task[None]] = []
-    placed_per_cluster: Counter[str] = Counter()
-    placements: dict[str, tuple[str, str, VmSpec]] = {}
-    drift: dict[str, Any] | None = None
-    alert: dict[str, Any] | None = None
     try:
         async with SchedulerClient(settings) as client:
-            for cid, hosts in dc.items():
-                await client.report_cluster(
-                    ClusterReport(cluster_id=cid, memory_overcommit_pct=hosts[0].overcommit_pct)
-                )
-                for h in hosts:
-                    await client.report_host(
-                        _report(h, round(rng.uniform(3, 35), 1), datetime.now(UTC), is_spm=h is hosts[0])
-                    )
-            for cid, hosts in dc.items():
-                await client.wait_for_state(cid, hosts=len(hosts))
-
-            async def start_vm(vm: VmSpec, d: ScheduleDecision) -> None:
-                # The engine starts the VM; it reports running a little later.
-                await asyncio.sleep(rng.uniform(0.01, 0.1))
-                await client.report_vm(
-                    VmReport(
-                        cluster_id=d.cluster_id,
-                        vm_id=vm.vm_id,
-                        status=VmStatus.RUNNING,
-                        host_id=d.host_id,
-                        mem_mb=vm.mem_mb,
-                        overhead_mb=vm.overhead_mb,
-                        vcpus=vm.vcpus,
-                        ha=vm.ha,
-                        cpu_usage_pct=round(rng.uniform(1, 60), 1),
-                        mem_usage_pct=round(rng.uniform(30, 90), 1),
-                    )
-                )
-
+            demo = Run(client, settings, rng, dc, json_output=args.json)
+            await demo.report_datacenter()
             clusters = list(dc)
             work = [(rng.choice(clusters), random_vm(rng, i, tag)) for i in range(args.requests)]
-            gate = asyncio.Semaphore(args.concurrency)
-            done = 0
-            began = time.perf_counter()
-
-            async def one(cid: str, vm: VmSpec) -> None:
-                nonlocal done
-                async with gate:
-                    t0 = time.perf_counter()
-                    try:
-                        d = await client.schedule(cid, vm, explain_scores=False, timeout=30)
-                    except Exception as exc:  # an RPC failure is a result to report, not a crash
-                        tally.errors[type(exc).__name__] += 1
-                        tally.statuses["rpc_error"] += 1
-                        done += 1
-                        return
-                    tally.latencies_ms.append((time.perf_counter() - t0) * 1000)
-                tally.statuses[d.status.value] += 1
-                if d.status is DecisionStatus.PLACED and d.host_id is not None:
-                    by_host[d.host_id].placed_mem_mb += vm.mem_mb + vm.overhead_mb
-                    placements[vm.vm_id] = (cid, d.host_id, vm)
-                    placed_per_cluster[cid] += 1
-                    starts.append(asyncio.create_task(start_vm(vm, d)))
-                elif d.status is DecisionStatus.UNPLACEABLE:
-                    for f in {f.filter for f in d.explanation.filtered}:
-                        tally.unplaceable_by_filter[f] += 1
-                        tally.example_unplaceable.setdefault(f, d.explanation.summary)
-                elif d.error is not None:
-                    tally.errors[d.error.code] += 1
-                done += 1
-                if not args.json:
-                    _progress(done, args.requests, tally.statuses["placed"], tally.statuses["unplaceable"], began)
-
-            await asyncio.gather(*(one(cid, vm) for cid, vm in work))
-            wall = time.perf_counter() - began
-            if not args.json and sys.stderr.isatty():
-                sys.stderr.write("\n")
-            await asyncio.gather(*starts)
-            # Let the state tracker catch up with the starts before reading its view.
-            tracker_committed: dict[str, int] = {}
-            for cid in dc:
-                deadline = time.monotonic() + 20
-                while True:
-                    state = await client.state(cid)
-                    if len(state.vms) >= placed_per_cluster[cid] or time.monotonic() > deadline:
-                        break
-                    await asyncio.sleep(0.05)
-                tracker_committed.update({h.report.host_id: h.mem_committed_mb for h in state.hosts})
+            wall = await demo.schedule_all(work, args.concurrency)
+            committed = await demo.tracker_committed()
+            drift = alert = None
             if not args.external:
-                clusters_ = list(dc)
-                drift = await drift_phase(client, settings, dc[clusters_[0]], by_host, placements, rng)
-                alert = await ha_phase(client, settings, dc[clusters_[-1]])
+                drift = await drift_phase(demo, dc[clusters[0]])
+                alert = await ha_phase(demo, dc[clusters[-1]])
                 if drift is not None:
                     # the migration moved memory between hosts: read the tracker's view again
                     state = await client.state(drift["cluster"])
-                    tracker_committed.update({h.report.host_id: h.mem_committed_mb for h in state.hosts})
+                    committed.update({h.report.host_id: h.mem_committed_mb for h in state.hosts})
     finally:
         stop.set()
         if services is not None:
             await services
         if not args.keep:
             await forget_clusters(settings, list(dc))
-
-    over = [h.host_id for h in by_host.values() if h.placed_mem_mb > h.max_scheduling_mb]
-    tracker_over = [hid for hid, mem in tracker_committed.items() if mem > by_host[hid].max_scheduling_mb]
-    used = [h for h in by_host.values() if h.placed_mem_mb > 0]
-    return {
-        "clusters": len(dc),
-        "hosts": len(by_host),
-        "requests": args.requests,
-        "placed": tally.statuses["placed"],
-        "unplaceable": tally.statuses["unplaceable"],
-        "unplaceable_reasons": dict(tally.unplaceable_by_filter.most_common()),
-        "unplaceable_examples": tally.example_unplaceable,
-        "errors": dict(tally.errors),
-        "expired": tally.statuses["expired"],
-        "decisions_per_second": round(len(tally.latencies_ms) / wall, 1) if wall else 0.0,
-        "latency_ms_p50": round(_percentile(tally.latencies_ms, 50), 2),
-        "latency_ms_p99": round(_percentile(tally.latencies_ms, 99), 2),
-        "hosts_used": len(used),
-        "over_committed_hosts": len(over),
-        "over_committed_hosts_per_state_tracker": len(tracker_over),
-        "concurrency": args.concurrency,
-        "services": "external" if args.external else "in-process (vmsched up)",
-        "balancer_migration": drift,
-        "ha_alert": alert,
-    }
+    return demo.summary(args, wall, committed) | {"balancer_migration": drift, "ha_alert": alert}
 
 
 def _report(
@@ -296,91 +325,87 @@ def _report(
     )
 
 
-async def drift_phase(
-    client: SchedulerClient,
-    settings: Settings,
-    hosts: list[SimHost],
-    by_host: dict[str, SimHost],
-    placements: dict[str, tuple[str, str, VmSpec]],
-    rng: random.Random,
-) -> dict[str, Any] | None:
-    """A host runs hot for a while; the balancer migrates a VM off it; the engine carries it out."""
+def _running(vm: VmSpec, cluster: str, host: str, rng: random.Random, *, mem_usage_pct: float | None) -> VmReport:
+    """The engine's report of a VM running on a host."""
+    return VmReport(
+        cluster_id=cluster,
+        vm_id=vm.vm_id,
+        status=VmStatus.RUNNING,
+        host_id=host,
+        mem_mb=vm.mem_mb,
+        overhead_mb=vm.overhead_mb,
+        vcpus=vm.vcpus,
+        ha=vm.ha,
+        cpu_usage_pct=round(rng.uniform(1, 60), 1),
+        mem_usage_pct=round(rng.uniform(30, 90), 1) if mem_usage_pct is None else mem_usage_pct,
+    )
 
-    cluster = hosts[0].cluster_id
-    on_host = Counter(h for cid, h, _ in placements.values() if cid == cluster)
-    if not on_host:
-        return None
-    hot = by_host[on_host.most_common(1)[0][0]]
-    pool = await connect_pg(settings.postgres_url)
+
+async def _set_policy(demo: Run, cluster: str, policy: str | None, **kw: Any) -> None:
+    pool = await connect_pg(demo.settings.postgres_url)
     try:
-        await PolicyRepository(pool).set_cluster_policy(
-            cluster, "evenly_distributed", properties={"CpuOverCommitDurationMinutes": "1"}
-        )
+        await PolicyRepository(pool).set_cluster_policy(cluster, policy, **kw)
     finally:
         await pool.close()
-    await client.policy_changed(cluster_id=cluster)
-    got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
-    sub = await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
+    await demo.client.policy_changed(cluster_id=cluster)
+
+
+async def _first_event(
+    demo: Run, key: str, model: type[M], trigger: Callable[[], Awaitable[None]], timeout: float = 15
+) -> M | None:
+    """Subscribe to `key`, run `trigger`, and return the first event (None if none came in time)."""
+    got: asyncio.Queue[M] = asyncio.Queue()
+    sub = await demo.client.bus.subscribe([key], [model], got.put)
     try:
-        now = datetime.now(UTC)
-        for ago in (100, 70, 40, 10):
-            await client.report_host(_report(hot, 95.0, now - timedelta(seconds=ago)))
+        await trigger()
         try:
-            m = await asyncio.wait_for(got.get(), 15)
+            return await asyncio.wait_for(got.get(), timeout)
         except TimeoutError:
             return None
     finally:
         await sub.cancel()
-    _, _, vm = placements[m.vm_id]
-    await client.report_vm(
-        VmReport(
-            cluster_id=cluster,
-            vm_id=vm.vm_id,
-            status=VmStatus.RUNNING,
-            host_id=m.target_host,
-            mem_mb=vm.mem_mb,
-            overhead_mb=vm.overhead_mb,
-            vcpus=vm.vcpus,
-            ha=vm.ha,
-            cpu_usage_pct=round(rng.uniform(1, 60), 1),
-            mem_usage_pct=50.0,
-        )
-    )
+
+
+async def drift_phase(demo: Run, hosts: list[SimHost]) -> dict[str, Any] | None:
+    """A host runs hot for a while; the balancer migrates a VM off it; the engine carries it out."""
+    cluster = hosts[0].cluster_id
+    on_host = Counter(h for cid, h, _ in demo.placements.values() if cid == cluster)
+    if not on_host:
+        return None
+    by_host = demo.by_host
+    hot = by_host[on_host.most_common(1)[0][0]]
+    await _set_policy(demo, cluster, "evenly_distributed", properties={"CpuOverCommitDurationMinutes": "1"})
+
+    async def run_hot() -> None:
+        now = datetime.now(UTC)
+        for ago in (100, 70, 40, 10):
+            await demo.client.report_host(_report(hot, 95.0, now - timedelta(seconds=ago)))
+
+    m = await _first_event(demo, c.migration_key(cluster), MigrationDecision, run_hot)
+    if m is None:
+        return None
+    _, _, vm = demo.placements[m.vm_id]
+    await demo.client.report_vm(_running(vm, cluster, m.target_host, demo.rng, mem_usage_pct=50.0))
     need = vm.mem_mb + vm.overhead_mb
     by_host[m.source_host].placed_mem_mb -= need
     by_host[m.target_host].placed_mem_mb += need
-    await client.report_host(_report(hot, 40.0, datetime.now(UTC)))
-    return {
-        "cluster": cluster,
-        "vm": m.vm_id,
-        "from": m.source_host,
-        "to": m.target_host,
-        "reason": m.reason,
-    }
+    await demo.client.report_host(_report(hot, 40.0, datetime.now(UTC)))
+    return {"cluster": cluster, "vm": m.vm_id, "from": m.source_host, "to": m.target_host, "reason": m.reason}
 
 
-async def ha_phase(client: SchedulerClient, settings: Settings, hosts: list[SimHost]) -> dict[str, Any] | None:
+async def ha_phase(demo: Run, hosts: list[SimHost]) -> dict[str, Any] | None:
     """HA reservation on, then memory pressure everywhere: the HA monitor raises its alert."""
-
     cluster = hosts[0].cluster_id
-    pool = await connect_pg(settings.postgres_url)
-    try:
-        await PolicyRepository(pool).set_cluster_policy(cluster, None, ha_reservation=True)
-    finally:
-        await pool.close()
-    await client.policy_changed(cluster_id=cluster)
-    got: asyncio.Queue[HaAlert] = asyncio.Queue()
-    sub = await client.bus.subscribe([c.ha_alert_key(cluster)], [HaAlert], got.put)
-    try:
+    await _set_policy(demo, cluster, None, ha_reservation=True)
+
+    async def squeeze() -> None:
         now = datetime.now(UTC)
         for h in hosts:
-            await client.report_host(_report(h, 30.0, now, mem_free_mb=512))
-        try:
-            alert = await asyncio.wait_for(got.get(), 15)
-        except TimeoutError:
-            return None
-    finally:
-        await sub.cancel()
+            await demo.client.report_host(_report(h, 30.0, now, mem_free_mb=512))
+
+    alert = await _first_event(demo, c.ha_alert_key(cluster), HaAlert, squeeze)
+    if alert is None:
+        return None
     return {"cluster": cluster, "failing_hosts": len(alert.failing_hosts), "message": alert.message[:160]}
 
 
