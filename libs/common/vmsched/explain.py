@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 
-from vmsched.contracts import HaAlert, HaRecovered, Message, MigrationDecision, PowerAction, ScheduleDecision
+from vmsched.contracts import (
+    FilteredHost,
+    HaAlert,
+    HaRecovered,
+    Message,
+    MigrationDecision,
+    PowerAction,
+    ScheduleDecision,
+    ScoreTable,
+)
 
 
 def render_decision(d: ScheduleDecision, *, max_hosts: int = 12, max_removed: int = 20) -> str:
@@ -37,6 +47,50 @@ def render_decision(d: ScheduleDecision, *, max_hosts: int = 12, max_removed: in
     return "\n".join(lines)
 
 
+def _filter_rows(
+    filters: Sequence[str],
+    shown: Sequence[str],
+    removed_by: Mapping[str, FilteredHost],
+    notes: list[str],
+    label_w: int,
+    cell: Callable[[str], str],
+) -> list[str]:
+    """A row per filter: kept, removed (footnoted in `notes`), or · when an earlier filter removed it."""
+    lines = ["filters"] if filters else []
+    order = {name: i for i, name in enumerate(filters)}
+    for i, name in enumerate(filters):
+        row = []
+        for h in shown:
+            f = removed_by.get(h)
+            if f is None:
+                row.append(cell("kept"))
+            elif f.filter == name:
+                notes.append(f"[{len(notes) + 1}] {h}: {f.filter}: {f.reason}")
+                row.append(cell(f"removed [{len(notes)}]"))
+            elif order.get(f.filter, len(order)) < i:
+                row.append(cell("·"))
+            else:
+                row.append(cell("kept"))
+        lines.append(f"  {name:<{label_w - 2}}{'':>7}" + "".join(row))
+    return lines
+
+
+def _weight_rows(table: ScoreTable, shown: Sequence[str], label_w: int, cell: Callable[[str], str]) -> list[str]:
+    """A row per weight unit (raw weight / points, factor), then the totals."""
+    points = "rank points" if table.selector == "RankSelector" else "normalized"
+    lines = [f"weights ({table.selector}: raw / {points})"]
+    position = {h: i for i, h in enumerate(table.hosts)}
+    for u in table.units:
+        row = [
+            cell(f"{u.raw[position[h]]:.4g} / {u.points[position[h]]:.3g}") if h in position else cell("")
+            for h in shown
+        ]
+        lines.append(f"  {u.unit:<{label_w - 2}}{u.factor:>7g}" + "".join(row))
+    totals = [cell(f"{table.totals[position[h]]:.4g}") if h in position else cell("") for h in shown]
+    lines.append(f"  {'total':<{label_w - 2}}{'':>7}" + "".join(totals))
+    return lines
+
+
 def render_table(d: ScheduleDecision, *, max_hosts: int = 8, width: int = 16) -> str:
     """`vmsched explain`: hosts as columns; a row per filter (kept, removed, or already gone) and per
     weight unit (raw weight / points, factor); then the totals. Removal reasons are footnoted below.
@@ -61,37 +115,9 @@ def render_table(d: ScheduleDecision, *, max_hosts: int = 8, width: int = 16) ->
     lines += [e.summary, ""]
     lines.append(f"{'':<{label_w}}{'factor':>7}" + "".join(cell(h) for h in shown))
     notes: list[str] = []
-    if e.filters:
-        lines.append("filters")
-    order = {name: i for i, name in enumerate(e.filters)}
-    for i, name in enumerate(e.filters):
-        row = []
-        for h in shown:
-            f = removed_by.get(h)
-            if f is None:
-                row.append(cell("kept"))
-            elif f.filter == name:
-                notes.append(f"[{len(notes) + 1}] {h}: {f.filter}: {f.reason}")
-                row.append(cell(f"removed [{len(notes)}]"))
-            elif order.get(f.filter, len(order)) < i:
-                row.append(cell("·"))
-            else:
-                row.append(cell("kept"))
-        lines.append(f"  {name:<{label_w - 2}}{'':>7}" + "".join(row))
-    table = e.scores
-    if table is not None and table.units:
-        lines.append(
-            f"weights ({table.selector}: raw / {'rank points' if table.selector == 'RankSelector' else 'normalized'})"
-        )
-        position = {h: i for i, h in enumerate(table.hosts)}
-        for u in table.units:
-            row = [
-                cell(f"{u.raw[position[h]]:.4g} / {u.points[position[h]]:.3g}") if h in position else cell("")
-                for h in shown
-            ]
-            lines.append(f"  {u.unit:<{label_w - 2}}{u.factor:>7g}" + "".join(row))
-        totals = [cell(f"{table.totals[position[h]]:.4g}") if h in position else cell("") for h in shown]
-        lines.append(f"  {'total':<{label_w - 2}}{'':>7}" + "".join(totals))
+    lines += _filter_rows(e.filters, shown, removed_by, notes, label_w, cell)
+    if e.scores is not None and e.scores.units:
+        lines += _weight_rows(e.scores, shown, label_w, cell)
     if len(shown) < len(hosts):
         lines.append(f"({len(hosts) - len(shown)} more hosts not shown; --hosts 0 shows all)")
     if notes:

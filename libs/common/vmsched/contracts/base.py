@@ -61,9 +61,30 @@ MAX_CAPABILITIES_NODES = 4096
 MAX_CAPABILITIES_STRING = 8192
 
 
+def _scalar_problem(node: Any, where: str, max_string: int) -> str | None:
+    if isinstance(node, str) and len(node) > max_string:
+        return f"string of {len(node)} characters at {where} (the limit is {max_string})"
+    if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
+        return f"integer at {where} does not fit in 64 bits"
+    return None
+
+
+def _children(node: Any, path: str, where: str, max_string: int) -> list[tuple[Any, str]]:
+    """A list's items or an object's values, each with its JSON path; object keys are checked here."""
+    if isinstance(node, list):
+        return [(item, f"{path}[{i}]") for i, item in enumerate(node)]
+    children = []
+    for key, item in node.items():
+        if isinstance(key, str) and len(key) > max_string:
+            raise ValueError(f"key of {len(key)} characters at {where} (the limit is {max_string})")
+        children.append((item, f"{path}.{key}" if len(str(key)) <= 40 else f"{path}.<long key>"))
+    return children
+
+
 def json_bounds(*, max_depth: int, max_nodes: int, max_string: int) -> Callable[[Any], Any]:
     """A validator bounding a JSON tree: nesting depth, number of nodes (every list, object, key and
     scalar counts), string length and integer size. The error names where, as a JSON path."""
+    too_many = f"more than {max_nodes} JSON nodes (lists, objects, keys and values)"
 
     def check(value: Any) -> Any:
         nodes = 0
@@ -73,23 +94,19 @@ def json_bounds(*, max_depth: int, max_nodes: int, max_string: int) -> Callable[
             nodes += 1
             where = path or "the top level"
             if nodes > max_nodes:
-                raise ValueError(f"more than {max_nodes} JSON nodes (lists, objects, keys and values)")
+                raise ValueError(too_many)
             if depth > max_depth:
                 raise ValueError(f"nested deeper than {max_depth} levels at {where}")
-            if isinstance(node, str) and len(node) > max_string:
-                raise ValueError(f"string of {len(node)} characters at {where} (the limit is {max_string})")
-            if isinstance(node, int) and not isinstance(node, bool) and abs(node) > MAX_INT:
-                raise ValueError(f"integer at {where} does not fit in 64 bits")
-            if isinstance(node, (list, dict)) and nodes + len(node) > max_nodes:
-                raise ValueError(f"more than {max_nodes} JSON nodes (lists, objects, keys and values)")
-            if isinstance(node, list):
-                stack.extend((item, f"{path}[{i}]", depth + 1) for i, item in enumerate(node))
-            elif isinstance(node, dict):
-                for key, item in node.items():
-                    nodes += 1
-                    if isinstance(key, str) and len(key) > max_string:
-                        raise ValueError(f"key of {len(key)} characters at {where} (the limit is {max_string})")
-                    stack.append((item, f"{path}.{key}" if len(str(key)) <= 40 else f"{path}.<long key>", depth + 1))
+            if (problem := _scalar_problem(node, where, max_string)) is not None:
+                raise ValueError(problem)
+            if not isinstance(node, (list, dict)):
+                continue
+            # Counted before expanding, so a huge container is refused without walking it.
+            if nodes + len(node) > max_nodes:
+                raise ValueError(too_many)
+            if isinstance(node, dict):
+                nodes += len(node)  # the keys
+            stack.extend((item, child, depth + 1) for item, child in _children(node, path, where, max_string))
         return value
 
     return check

@@ -101,6 +101,25 @@ def _number(text: str) -> float | None:
         return None
 
 
+def _any_alternative(value: str, operands: list[str]) -> bool:
+    """`<or> a <or> b c`: the value equals one of the alternatives (an alternative may have spaces)."""
+    alternatives: list[list[str]] = [[]]
+    for word in operands:
+        if word == OR:
+            alternatives.append([])
+        else:
+            alternatives[-1].append(word)
+    return any(alt and " ".join(alt) == value for alt in alternatives)
+
+
+def _contains(value: str, operands: list[str]) -> bool:
+    # Nova also accepts a closing keyword, "<in> X <in>", and matches it like "<in> X" (it reads
+    # only the operand's first word): the operand is the text before the next <in>.
+    if IN in operands:
+        operands = operands[: operands.index(IN)]
+    return bool(operands) and " ".join(operands) in value
+
+
 def match(value: str | None, requirement: str) -> bool:
     """Does the host `value` satisfy the extra-spec `requirement`? (Module docstring: the grammar.)"""
     words = requirement.split()
@@ -113,21 +132,11 @@ def match(value: str | None, requirement: str) -> bool:
     if not operands:
         return False  # an operator with nothing to compare with
     if op == OR:
-        alternatives: list[list[str]] = [[]]
-        for word in operands:
-            if word == OR:
-                alternatives.append([])
-            else:
-                alternatives[-1].append(word)
-        return any(alt and " ".join(alt) == value for alt in alternatives)
+        return _any_alternative(value, operands)
     if op == ALL_IN:
         return all(word in value for word in operands)
     if op == IN:
-        # Nova also accepts a closing keyword, "<in> X <in>", and matches it like "<in> X" (it reads
-        # only the operand's first word): the operand is the text before the next <in>.
-        if IN in operands:
-            operands = operands[: operands.index(IN)]
-        return bool(operands) and " ".join(operands) in value
+        return _contains(value, operands)
     operand = " ".join(operands)
     if op in _STRING:
         return _STRING[op](value, operand)
