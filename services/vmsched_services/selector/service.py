@@ -241,14 +241,10 @@ class Selector:
         that call the filter-workers and weighers; their pending records are written together
         (fenced), or none when one VM does not fit.
         """
-        t = time.perf_counter()
-        found = await self.decisions.record(req.request_id)
+        found = await self._decided_meanwhile(req, fingerprint)
         if found is not None:
-            # Another selector decided this request while we waited for the lock. Holding the lock
-            # now, its selector has left the lock: an event still unconfirmed was never published.
-            if found.matches(fingerprint) and not found.published:
-                await self._publish_stored(found.decision)
-            return _Stored(found, ours=False)
+            return found
+        t = time.perf_counter()
         # Pending first, then state (see state_tracker): a VM is never counted nowhere.
         pending_version, pending = await self.pending.snapshot(req.cluster_id)
         version, table = await self.rt.state.table(req.cluster_id)
@@ -282,42 +278,47 @@ class Selector:
         if isinstance(outcome, WaitForPending):
             return pending_version
         if isinstance(outcome, Unplaceable):
-            return await self._store(
-                fingerprint,
-                token,
-                self._decision(
-                    req,
-                    started,
-                    DecisionStatus.UNPLACEABLE,
-                    outcome.explanation,
-                    policy=policy.name,
-                    version=version,
-                    retried=retried,
-                ),
+            decision = self._decision(
+                req,
+                started,
+                DecisionStatus.UNPLACEABLE,
+                outcome.explanation,
+                policy=policy.name,
+                version=version,
+                retried=retried,
             )
+            return await self._store(fingerprint, token, decision)
         if self._expired(req):
             return self._expired_decision(req, started, policy)
         t = time.perf_counter()
         await self.pending.record(req.cluster_id, outcome.pending, token)
         _lap("record_pending", t)
         head = outcome.placements[0]
-        return await self._store(
-            fingerprint,
-            token,
-            self._decision(
-                req,
-                started,
-                DecisionStatus.PLACED,
-                outcome.explanation,
-                policy=policy.name,
-                version=version,
-                host=head.host_id,
-                alternates=head.alternates,
-                placements=outcome.placements,
-                token=token,
-                retried=retried,
-            ),
+        decision = self._decision(
+            req,
+            started,
+            DecisionStatus.PLACED,
+            outcome.explanation,
+            host=head.host_id,
+            alternates=head.alternates,
+            placements=outcome.placements,
+            token=token,
+            policy=policy.name,
+            version=version,
+            retried=retried,
         )
+        return await self._store(fingerprint, token, decision)
+
+    async def _decided_meanwhile(self, req: ScheduleRequest, fingerprint: str) -> _Stored | None:
+        """The decision another selector stored for this request while we waited for the lock."""
+        found = await self.decisions.record(req.request_id)
+        if found is None:
+            return None
+        # Holding the lock now, the other selector has left it: an event still unconfirmed was
+        # never published (it died between storing and publishing).
+        if found.matches(fingerprint) and not found.published:
+            await self._publish_stored(found.decision)
+        return _Stored(found, ours=False)
 
     async def _filter(
         self,
