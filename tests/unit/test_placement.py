@@ -7,7 +7,7 @@ import asyncio
 import uuid
 
 from tests.factories import host, pend, table, vm
-from vmsched.contracts import PendingEntry, ScheduleRequest, VmSpec
+from vmsched.contracts import AffinityGroup, AffinityRule, PendingEntry, ScheduleRequest, VmSpec
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.placement import (
     LocalSteps,
@@ -105,3 +105,26 @@ def test_no_candidates_is_unplaceable_without_calling_the_filters() -> None:
     assert isinstance(outcome, Unplaceable)
     assert outcome.explanation.summary == "0/0 hosts available"
     assert local.filtered == []
+
+
+def test_a_vm_pending_outside_the_candidates_is_still_found_by_affinity() -> None:
+    """The filter-worker folds pending into the whole cluster before taking the candidates, so a
+    group member pending on a host that is not a candidate is found; the local steps must too."""
+    hosts = table(host("a"), host("b"), host("c"))
+    member = pending_entry(vm(vm_id="v1"), "c", request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
+    together = AffinityGroup(group_id="g", vms=["v1", "v2"], vm_rule=AffinityRule(positive=True, enforcing=True))
+    local = Local(hosts)
+    outcome = asyncio.run(
+        place(
+            request(vm(vm_id="v2", affinity_groups=[together])),
+            POLICY,
+            ["a", "b"],  # c is not a candidate (blacklisted, say)
+            [member],
+            filter_fn=local.filter,
+            weigh_fn=local.weigh,
+            pending_for=pending_for,
+            may_wait=False,
+        )
+    )
+    assert isinstance(outcome, Unplaceable)
+    assert "members are on c" in outcome.explanation.summary

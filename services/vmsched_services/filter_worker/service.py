@@ -19,8 +19,7 @@ class FilterWorker:
     async def handle(self, req: FilterRequest) -> FilterReply:
         # A candidate missing here would silently drop out of the answer: StaleState instead.
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.candidates)
-        # Pending folds into the whole cluster first, so units can see where any VM is (affinity).
-        hosts = table.with_pending(req.pending, now=req.now).subset(req.candidates)
+        hosts = table.view(req.candidates, req.pending, now=req.now)
         outcome = run_filters(hosts, req.vm, req.filters)
         return FilterReply(request_id=req.request_id, survivors=list(outcome.survivors.ids), removed=outcome.removed)
 

@@ -19,7 +19,7 @@ class Weigher:
         # StaleState (an error decision, not a crash) if this worker cannot reach the state the
         # selector saw: its version, with every host the request names.
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.hosts)
-        hosts = table.with_pending(req.pending, now=req.now).subset(req.hosts)
+        hosts = table.view(req.hosts, req.pending, now=req.now)
         raws = run_weights(hosts, req.vm, req.weights)
         return WeighReply(
             request_id=req.request_id,

@@ -306,6 +306,15 @@ class HostTable:
     def subset(self, host_ids: Iterable[str]) -> HostTable:
         return self.take(self.index_of(host_ids))
 
+    def view(self, host_ids: Sequence[str], pending: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
+        """What a filter or weight unit is given: these hosts, with `pending` folded into the whole
+        cluster first, so `locate` also finds a VM pending on a host outside the view (affinity
+        groups need where every member is)."""
+        whole = self.with_pending(pending, now=now)
+        if len(host_ids) == len(self) and tuple(host_ids) == self.ids:
+            return whole
+        return whole.subset(host_ids)
+
     # ------------------------------------------------------------------ derived columns
     @property
     def effective_cpus(self) -> FloatArray:

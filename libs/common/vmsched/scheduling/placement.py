@@ -154,20 +154,20 @@ class LocalSteps:
         self._filters = policy.filter_calls()
         self._weights = policy.weight_calls()
 
-    def _view(self, ids: list[str], seen: list[PendingEntry]) -> HostTable:
-        whole = len(ids) == len(self.hosts) and ids == list(self.hosts.ids)
-        view = self.hosts if whole else self.hosts.take(self.hosts.index_of(ids))
-        return view.with_pending(seen, now=self.now)
-
     async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
-        out = run_filters(self._view(ids, seen), vm, self._filters)
+        out = run_filters(self.hosts.view(ids, seen, now=self.now), vm, self._filters)
         return Screening(list(out.survivors.ids), out.removed)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
         if not self._weights:
             # No weights: keep the filter order, as the selector does.
             return ScoreTable(selector=self.policy.selector, hosts=ids, units=[], totals=[0.0] * len(ids))
-        return select(ids, self._weights, run_weights(self._view(ids, seen), vm, self._weights), self.policy.selector)
+        return select(
+            ids,
+            self._weights,
+            run_weights(self.hosts.view(ids, seen, now=self.now), vm, self._weights),
+            self.policy.selector,
+        )
 
 
 __all__ = [
