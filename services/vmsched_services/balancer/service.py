@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from vmsched import constants as c
@@ -36,6 +37,7 @@ from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
+from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
 
@@ -71,65 +73,71 @@ class Balancer:
             movable = await self._movable(cluster, state.vms, {e.vm_id for e in pending})
             outcome = unit.balance(table, movable, props)
             if attempt == 0:
-                for change in outcome.power:
-                    await self.rt.bus.publish(
-                        c.power_key(cluster),
-                        PowerAction(
-                            action_id=uuid.uuid4(),
-                            cluster_id=cluster,
-                            host_id=change.host_id,
-                            action=PowerActionKind(change.action),
-                            balance_unit=unit.name,
-                            reason=change.reason,
-                            policy=policy.name,
-                            decided_at=datetime.now(UTC),
-                        ),
-                    )
-            pick = outcome.migration
-            if pick is None:
+                await self._advise_power(cluster, unit.name, policy.name, outcome.power)
+            if outcome.migration is None:
                 break
-            vm = next(v for v in movable if v.vm_id == pick.vm_id)
-            # Hosts where this VM's start or migration failed lately are not tried again.
-            tried = await self.failed_hosts.of(cluster, vm.vm_id)
-            candidates = tuple(h for h in pick.candidates if h not in tried)
-            if not candidates:
-                log.info("every candidate failed this VM before", cluster=cluster, vm=vm.vm_id)
+            migration = await self._migrate(cluster, unit.name, policy.name, outcome.migration, movable)
+            if migration is None:
                 break
-            decision = await self._schedule(cluster, vm, pick.source_host, candidates, sorted(tried))
-            if decision.status is not DecisionStatus.PLACED or decision.host_id is None:
-                log.info(
-                    "no migration target",
-                    cluster=cluster,
-                    vm=vm.vm_id,
-                    reason=pick.reason,
-                    summary=decision.explanation.summary,
-                )
-                break
-            migration = MigrationDecision(
-                decision_id=uuid.uuid4(),
-                cluster_id=cluster,
-                vm_id=vm.vm_id,
-                source_host=pick.source_host,
-                target_host=decision.host_id,
-                alternates=decision.alternates,
-                balance_unit=unit.name,
-                reason=pick.reason,
-                policy=policy.name,
-                request_id=decision.request_id,
-                decided_at=datetime.now(UTC),
-            )
-            await self.cooldowns.start(cluster, vm.vm_id, migration.decision_id.hex)
-            await self.rt.bus.publish(c.migration_key(cluster), migration)
-            log.info(
-                "migration decided",
-                cluster=cluster,
-                vm=vm.vm_id,
-                source=pick.source_host,
-                target=decision.host_id,
-                reason=pick.reason,
-            )
             published.append(migration)
         return published
+
+    async def _advise_power(self, cluster: str, unit: str, policy: str, changes: Sequence[PowerChange]) -> None:
+        for change in changes:
+            await self.rt.bus.publish(
+                c.power_key(cluster),
+                PowerAction(
+                    action_id=uuid.uuid4(),
+                    cluster_id=cluster,
+                    host_id=change.host_id,
+                    action=PowerActionKind(change.action),
+                    balance_unit=unit,
+                    reason=change.reason,
+                    policy=policy,
+                    decided_at=datetime.now(UTC),
+                ),
+            )
+
+    async def _migrate(
+        self, cluster: str, unit: str, policy: str, pick: Migration, movable: list[VmReport]
+    ) -> MigrationDecision | None:
+        """Ask the selector for a target for the unit's pick; publish the migration if one is found."""
+        vm = next(v for v in movable if v.vm_id == pick.vm_id)
+        # Hosts where this VM's start or migration failed lately are not tried again.
+        tried = await self.failed_hosts.of(cluster, vm.vm_id)
+        candidates = tuple(h for h in pick.candidates if h not in tried)
+        if not candidates:
+            log.info("every candidate failed this VM before", cluster=cluster, vm=vm.vm_id)
+            return None
+        decision = await self._schedule(cluster, vm, pick.source_host, candidates, sorted(tried))
+        if decision.status is not DecisionStatus.PLACED or decision.host_id is None:
+            summary = decision.explanation.summary
+            log.info("no migration target", cluster=cluster, vm=vm.vm_id, reason=pick.reason, summary=summary)
+            return None
+        migration = MigrationDecision(
+            decision_id=uuid.uuid4(),
+            cluster_id=cluster,
+            vm_id=vm.vm_id,
+            source_host=pick.source_host,
+            target_host=decision.host_id,
+            alternates=decision.alternates,
+            balance_unit=unit,
+            reason=pick.reason,
+            policy=policy,
+            request_id=decision.request_id,
+            decided_at=datetime.now(UTC),
+        )
+        await self.cooldowns.start(cluster, vm.vm_id, migration.decision_id.hex)
+        await self.rt.bus.publish(c.migration_key(cluster), migration)
+        log.info(
+            "migration decided",
+            cluster=cluster,
+            vm=vm.vm_id,
+            source=pick.source_host,
+            target=decision.host_id,
+            reason=pick.reason,
+        )
+        return migration
 
     async def _movable(self, cluster: str, vms: list[VmReport], in_flight: set[str]) -> list[VmReport]:
         """Running, migratable VMs that are neither in flight nor resting after a migration."""
