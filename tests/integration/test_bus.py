@@ -59,8 +59,7 @@ from vmsched.contracts import (
 from vmsched.errors import BusUnavailable, NoConsumer, RemoteError, RpcTimeout, UnknownCluster
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
-from vmsched.store import StateCache
-from vmsched.store.state import StateWriter
+from vmsched.store import StateCache, StateWriter
 from vmsched_services.filter_worker.service import FilterWorker
 
 pytestmark = pytest.mark.integration

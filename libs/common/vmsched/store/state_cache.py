@@ -1,0 +1,291 @@
+"""The cluster state's read side: StateCache, each worker's HostTable per cluster, caught up incrementally.
+
+A cached table at version v catches up by replaying the change stream from v+1 (one Lua script,
+vmsched.store.state_scripts.CATCH_UP) and re-reading only the hosts it names; a reader too far
+behind, or one whose stream was trimmed or lost, reloads the cluster in full.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from vmsched.contracts import ClusterReport, ClusterState, HostState, VmReport
+from vmsched.errors import StaleState, UnknownCluster
+from vmsched.logging import get_logger
+from vmsched.scheduling.hosts import HostTable
+from vmsched.settings import Settings
+from vmsched.store._aio import cancel_requests, raise_if_cancelled
+from vmsched.store.keys import Keys
+from vmsched.store.redis import text as _text
+from vmsched.store.state_records import parse_stored
+from vmsched.store.state_scripts import CATCH_UP
+
+log = get_logger(__name__)
+
+#: A reader further behind than this many versions reloads in full instead of replaying changes.
+MAX_CATCH_UP = 2_000
+
+#: How long StateCache.table waits for a version it was asked for before raising StaleState.
+STALE_WAIT_S = 1.0
+
+
+def _missing(table: HostTable, host_ids: Iterable[str]) -> list[str]:
+    """The ids of `host_ids` the table has no row for, in their order."""
+    index = table.index
+    return [h for h in host_ids if h not in index]
+
+
+@dataclass(frozen=True)
+class _Cached:
+    version: int
+    settings: ClusterReport
+    hosts: dict[str, HostState]
+    table: HostTable
+
+
+@dataclass
+class CacheStats:
+    """How the cache got its tables (for metrics and tests)."""
+
+    full_loads: int = 0
+    incremental_loads: int = 0
+    #: Host records read by incremental catch-ups, in total.
+    hosts_fetched: int = 0
+
+
+class StateCache:
+    """Workers' read side: per cluster the latest HostTable seen, caught up incrementally.
+
+    Tables come without pending resources (HostTable.with_pending adds them).
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        keys: Keys | None = None,
+        stale_wait_s: float = STALE_WAIT_S,
+        max_catch_up: int = MAX_CATCH_UP,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys or Keys.from_settings(settings)
+        self._stale_wait_s = stale_wait_s
+        self._max_catch_up = max_catch_up
+        self._catch_up = redis.register_script(CATCH_UP)
+        self._cache: dict[str, _Cached] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self.stats = CacheStats()
+
+    async def table(self, cluster_id: str, min_version: int | None = None) -> tuple[int, HostTable]:
+        """(version, HostTable) of the cluster.
+
+        With `min_version`, a cached table at least that new is returned without asking Redis;
+        otherwise the cache catches up, waiting up to `stale_wait_s` for the tracker to reach
+        `min_version` (then StaleState). Without it, the current version is read (one GET) and
+        the cache catches up if behind. Raises UnknownCluster if no state was ever written.
+        """
+        cached = self._cache.get(cluster_id)
+        if min_version is not None:
+            if cached is not None and cached.version >= min_version:
+                return cached.version, cached.table
+            target = await self._wait_for(cluster_id, min_version)
+        else:
+            target = await self._current(cluster_id)
+            if cached is not None and cached.version >= target:
+                return cached.version, cached.table
+        async with self._lock(cluster_id):
+            # Another caller may have caught up while this one waited for the lock.
+            cached = self._cache.get(cluster_id)
+            if cached is None or cached.version < target:
+                cached = await self._refresh(cluster_id, cached)
+                self._cache[cluster_id] = cached
+        if min_version is not None and cached.version < min_version:
+            # The version went backwards between the wait and the load (the state was lost).
+            raise self._not_reached(cluster_id, cached.version, min_version)
+        return cached.version, cached.table
+
+    async def table_with(self, cluster_id: str, min_version: int, host_ids: Iterable[str]) -> tuple[int, HostTable]:
+        """(version, HostTable) at `min_version` or later that has every host of `host_ids`: the
+        state a worker's request was made against.
+
+        The state tracker never removes a host, so a table at that version or later that lacks one
+        of the request's hosts is not that state: the cache's copy predates a state that was lost
+        and reported again (its version numbers start over). The cache then reloads in full from
+        Redis once; if the version or a host is still not there, StaleState says which.
+        """
+        wanted = list(host_ids)
+        version, table = await self.table(cluster_id, min_version=min_version)
+        if not _missing(table, wanted):
+            return version, table
+        async with self._lock(cluster_id):
+            cached = await self._full_load(cluster_id)
+            self._cache[cluster_id] = cached
+        if cached.version < min_version:
+            raise self._not_reached(cluster_id, cached.version, min_version)
+        missing = _missing(cached.table, wanted)
+        if missing:
+            more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+            raise StaleState(
+                f"cluster {cluster_id}: hosts {', '.join(missing[:5])}{more} of the request are unknown "
+                f"at state version {cached.version} (the request was made against version {min_version}); "
+                "the cluster's state was lost or rewritten since",
+                location="state_version",
+            )
+        return cached.version, cached.table
+
+    async def snapshot(self, cluster_id: str) -> ClusterState:
+        """The whole cluster at one version, read from Redis (hosts and VMs ordered by id)."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self._keys.state_version(cluster_id))
+            pipe.get(self._keys.state_cluster(cluster_id))
+            pipe.hgetall(self._keys.state_hosts(cluster_id))
+            pipe.hgetall(self._keys.state_vms(cluster_id))
+            raw_version, raw_settings, raw_hosts, raw_vms = await pipe.execute()
+        if raw_version is None:
+            raise UnknownCluster(f"no state reported for cluster {cluster_id}", location="cluster_id")
+        hosts = self._parse_hosts(cluster_id, raw_hosts)
+        vms = sorted((parse_stored(VmReport, b) for b in raw_vms.values()), key=lambda v: v.vm_id)
+        return ClusterState(
+            cluster_id=cluster_id,
+            version=int(raw_version),
+            settings=self._parse_settings(cluster_id, raw_settings),
+            hosts=[hosts[h] for h in sorted(hosts)],
+            vms=vms,
+        )
+
+    async def clusters(self) -> list[str]:
+        """Every cluster the state tracker has written, sorted."""
+        members = await self._redis.smembers(self._keys.clusters())
+        return sorted(_text(m) for m in members)
+
+    # ------------------------------------------------------------------ internals
+    def _lock(self, cluster_id: str) -> asyncio.Lock:
+        lock = self._locks.get(cluster_id)
+        if lock is None:
+            lock = self._locks[cluster_id] = asyncio.Lock()
+        return lock
+
+    async def _current(self, cluster_id: str) -> int:
+        raw = await self._redis.get(self._keys.state_version(cluster_id))
+        if raw is None:
+            self._cache.pop(cluster_id, None)
+            raise UnknownCluster(f"no state reported for cluster {cluster_id}", location="cluster_id")
+        return int(raw)
+
+    async def _wait_for(self, cluster_id: str, min_version: int) -> int:
+        """The current version once it reaches `min_version`; StaleState if it does not in time."""
+        deadline = time.monotonic() + self._stale_wait_s
+        delay = 0.005
+        cancels = cancel_requests()
+        while True:
+            current = await self._current(cluster_id)
+            raise_if_cancelled(cancels)
+            if current >= min_version:
+                return current
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._not_reached(cluster_id, current, min_version, waited=True)
+            await asyncio.sleep(min(delay, left))
+            delay = min(delay * 2, 0.05)
+
+    def _not_reached(self, cluster_id: str, current: int, min_version: int, *, waited: bool = False) -> StaleState:
+        after = f" after waiting {self._stale_wait_s:.1f}s" if waited else ""
+        return StaleState(
+            f"cluster {cluster_id}: state version {current} has not reached {min_version}{after}",
+            location="state_version",
+        )
+
+    async def _refresh(self, cluster_id: str, cached: _Cached | None) -> _Cached:
+        if cached is None:
+            return await self._full_load(cluster_id)
+        reply = await self._catch_up(
+            keys=[
+                self._keys.state_version(cluster_id),
+                self._keys.state_changes(cluster_id),
+                self._keys.state_hosts(cluster_id),
+                self._keys.state_cluster(cluster_id),
+            ],
+            args=[cached.version, self._max_catch_up],
+        )
+        version = int(reply[0])
+        if version < 0:
+            self._cache.pop(cluster_id, None)
+            raise UnknownCluster(f"no state reported for cluster {cluster_id}", location="cluster_id")
+        if not int(reply[1]):
+            # Trimmed stream, a reader far behind, or a version that went backwards (Redis lost it).
+            return await self._full_load(cluster_id)
+        host_ids: Sequence[bytes] = reply[2]
+        blobs: Sequence[bytes | None] = reply[3]
+        hosts = dict(cached.hosts)
+        for raw_id, blob in zip(host_ids, blobs, strict=True):
+            host_id = _text(raw_id)
+            if blob is None:
+                hosts.pop(host_id, None)
+                continue
+            try:
+                hosts[host_id] = parse_stored(HostState, blob)
+            except ValidationError:
+                log.warning("unreadable host state skipped", cluster=cluster_id, host=host_id)
+                hosts.pop(host_id, None)
+        settings = cached.settings
+        if int(reply[4]):
+            settings = self._parse_settings(cluster_id, reply[5])
+        self.stats.incremental_loads += 1
+        self.stats.hosts_fetched += len(host_ids)
+        if not host_ids and settings is cached.settings:
+            return _Cached(version, settings, hosts, cached.table)
+        # Usually one or two hosts changed: replace their rows instead of rebuilding every column.
+        changed = {h: hosts[h] for h in (_text(x) for x in host_ids) if h in hosts}
+        if len(changed) == len(host_ids):
+            table = cached.table.with_rows(changed, settings)
+            if table is not None:
+                return _Cached(version, settings, hosts, table)
+        return self._build(version, settings, hosts)
+
+    async def _full_load(self, cluster_id: str) -> _Cached:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self._keys.state_version(cluster_id))
+            pipe.get(self._keys.state_cluster(cluster_id))
+            pipe.hgetall(self._keys.state_hosts(cluster_id))
+            raw_version, raw_settings, raw_hosts = await pipe.execute()
+        if raw_version is None:
+            self._cache.pop(cluster_id, None)
+            raise UnknownCluster(f"no state reported for cluster {cluster_id}", location="cluster_id")
+        self.stats.full_loads += 1
+        return self._build(
+            int(raw_version),
+            self._parse_settings(cluster_id, raw_settings),
+            self._parse_hosts(cluster_id, raw_hosts),
+        )
+
+    @staticmethod
+    def _build(version: int, settings: ClusterReport, hosts: dict[str, HostState]) -> _Cached:
+        # Host order is by id, so a host keeps its position across versions.
+        table = HostTable.from_states([hosts[h] for h in sorted(hosts)], settings)
+        return _Cached(version, settings, hosts, table)
+
+    @staticmethod
+    def _parse_settings(cluster_id: str, raw: bytes | None) -> ClusterReport:
+        if raw is None:
+            return ClusterReport(cluster_id=cluster_id)
+        return parse_stored(ClusterReport, raw)
+
+    @staticmethod
+    def _parse_hosts(cluster_id: str, raw: dict[bytes, bytes]) -> dict[str, HostState]:
+        hosts: dict[str, HostState] = {}
+        for host_id, blob in raw.items():
+            try:
+                hosts[_text(host_id)] = parse_stored(HostState, blob)
+            except ValidationError:
+                log.warning("unreadable host state skipped", cluster=cluster_id, host=_text(host_id))
+        return hosts
+
+
+__all__ = ["MAX_CATCH_UP", "STALE_WAIT_S", "CacheStats", "StateCache"]

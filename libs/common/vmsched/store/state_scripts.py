@@ -1,0 +1,118 @@
+"""The Lua scripts over a cluster's state in Redis: the writer's apply, the readers' catch-up.
+
+Layout per cluster (key names in vmsched.store.keys):
+
+- state:version   an integer, +1 per applied report;
+- state:hosts     hash host_id -> HostState JSON (the last report plus what its VMs add up to);
+- state:vms       hash vm_id -> VmReport JSON of the VMs that count (starting, running, migrating);
+- state:cluster   ClusterReport JSON (cluster-wide settings);
+- state:changes   stream, one entry per version, id "<version>-0", fields `hosts` (JSON list of the
+                  host ids whose HostState changed), `cluster` ("1" if the settings changed), `kind`.
+
+Every apply writes all of that in one Lua script, so a reader never sees a version whose changes
+are half written, and a reader that has version v catches up by reading the stream from v+1 and
+only the hosts it names.
+"""
+
+from __future__ import annotations
+
+# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set
+# ARGV: [1] expected version, [2] stream maxlen, [3] cluster id, [4] settings JSON or '',
+#       [5] kind, [6] changed host ids (JSON list), [7] number of host pairs, host_id, json, ...,
+#       then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id, ...
+# Returns {1, new version} or {0, current version} when the expected version is not current.
+APPLY = """
+local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+if cur ~= tonumber(ARGV[1]) then
+  return {0, cur}
+end
+local v = cur + 1
+local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+if #last > 0 and tonumber(string.match(last[1][1], '^(%d+)')) >= v then
+  -- The stream is ahead of the version key (the key was lost): readers must reload in full,
+  -- and XADD below would fail after the other writes, which a script cannot undo.
+  redis.call('DEL', KEYS[5])
+end
+local i = 7
+local n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1]); i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 1]); i = i + 2
+end
+n = tonumber(ARGV[i]); i = i + 1
+for _ = 1, n do
+  redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1
+end
+local settings_changed = '0'
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[4])
+  settings_changed = '1'
+end
+redis.call('SET', KEYS[1], v)
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], v .. '-0',
+  'hosts', ARGV[6], 'cluster', settings_changed, 'kind', ARGV[5])
+redis.call('SADD', KEYS[6], ARGV[3])
+return {1, v}
+"""
+
+# KEYS: [1] version, [2] changes, [3] hosts, [4] cluster settings
+# ARGV: [1] the reader's version, [2] the most changes it replays
+# Returns {-1} for an unknown cluster; {v, 0} when the reader must reload in full; else
+# {v, 1, changed host ids, their HostState JSON (nil if gone), settings changed 0/1, settings JSON}.
+# One script, so the hosts read are exactly those of version v, not of a later one.
+CATCH_UP = """
+local v = redis.call('GET', KEYS[1])
+if not v then
+  return {-1}
+end
+v = tonumber(v)
+local since = tonumber(ARGV[1])
+if v < since or v - since > tonumber(ARGV[2]) then
+  return {v, 0}
+end
+if v == since then
+  return {v, 1, {}, {}, 0, false}
+end
+local first = (since + 1) .. '-0'
+local entries = redis.call('XRANGE', KEYS[2], first, v .. '-0')
+if #entries ~= v - since or entries[1][1] ~= first then
+  return {v, 0}
+end
+local seen, hosts, settings_changed = {}, {}, 0
+for _, e in ipairs(entries) do
+  local f = e[2]
+  for j = 1, #f, 2 do
+    if f[j] == 'hosts' then
+      for _, h in ipairs(cjson.decode(f[j + 1])) do
+        if not seen[h] then
+          seen[h] = true
+          hosts[#hosts + 1] = h
+        end
+      end
+    elseif f[j] == 'cluster' and f[j + 1] == '1' then
+      settings_changed = 1
+    end
+  end
+end
+local values = {}
+for s = 1, #hosts, 500 do
+  local chunk = {}
+  for k = s, math.min(s + 499, #hosts) do
+    chunk[#chunk + 1] = hosts[k]
+  end
+  local got = redis.call('HMGET', KEYS[3], unpack(chunk))
+  for k = 1, #chunk do
+    values[#values + 1] = got[k]
+  end
+end
+local settings = false
+if settings_changed == 1 then
+  settings = redis.call('GET', KEYS[4])
+end
+return {v, 1, hosts, values, settings_changed, settings}
+"""
+
+__all__ = ["APPLY", "CATCH_UP"]

@@ -1,0 +1,317 @@
+"""The cluster state's single writer: StateWriter, which applies engine reports (the state tracker only).
+
+Exactly one state-tracker process writes a given cluster (the state tracker consumes one durable
+queue, in order). The writer keeps the cluster in memory and derives host aggregates from it; it
+loads from Redis at start (so state survives a tracker restart). As a guard, not as a way to run
+several writers, each write names the version it was computed from and is refused if Redis has
+moved on; the writer then reloads the cluster and applies the report once more (reports are
+absolute states, so applying one again is harmless). The layout it writes is described in
+vmsched.store.state_scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from pydantic import ValidationError
+
+from vmsched.constants import STATE_CHANGES_MAXLEN
+from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, VmReport, VmStatus
+from vmsched.errors import StateConflict
+from vmsched.logging import get_logger
+from vmsched.settings import Settings
+from vmsched.store.keys import Keys
+from vmsched.store.redis import text as _text
+from vmsched.store.state_records import aggregate_host, counts_on_host, parse_stored
+from vmsched.store.state_scripts import APPLY
+
+log = get_logger(__name__)
+
+#: CPU load reports kept per host: enough for CpuOverCommitDurationMinutes at a report every
+#: few seconds; the CPUOverloaded filter needs the run of reports over its threshold.
+CPU_SAMPLES_KEPT = 120
+
+
+@dataclass
+class _Cluster:
+    """One cluster as the writer holds it: reports as received, VMs indexed by host."""
+
+    cluster_id: str
+    version: int = 0
+    settings: ClusterReport | None = None
+    hosts: dict[str, HostReport] = field(default_factory=dict)
+    vms: dict[str, VmReport] = field(default_factory=dict)
+    by_host: dict[str, set[str]] = field(default_factory=dict)
+    #: Per host: recent (unix time, CPU %) reports, oldest first, at most CPU_SAMPLES_KEPT.
+    cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+    #: Per host: failed VM starts since the last successful one.
+    build_failures: dict[str, int] = field(default_factory=dict)
+
+    def put_vm(self, vm: VmReport) -> None:
+        self.drop_vm(vm.vm_id)
+        assert vm.host_id is not None
+        self.vms[vm.vm_id] = vm
+        self.by_host.setdefault(vm.host_id, set()).add(vm.vm_id)
+
+    def drop_vm(self, vm_id: str) -> VmReport | None:
+        old = self.vms.pop(vm_id, None)
+        if old is not None and old.host_id is not None:
+            on_host = self.by_host.get(old.host_id)
+            if on_host is not None:
+                on_host.discard(vm_id)
+                if not on_host:
+                    del self.by_host[old.host_id]
+        return old
+
+    def host_state(self, host_id: str) -> HostState:
+        return aggregate_host(
+            self.hosts[host_id],
+            (self.vms[v] for v in self.by_host.get(host_id, ())),
+            self.cpu_samples.get(host_id, ()),
+            self.build_failures.get(host_id, 0),
+        )
+
+    def record_load(self, report: HostReport) -> None:
+        when = report.reported_at.timestamp() if report.reported_at is not None else time.time()
+        samples = self.cpu_samples.setdefault(report.host_id, [])
+        samples.append((when, report.cpu_usage_pct))
+        del samples[:-CPU_SAMPLES_KEPT]
+
+
+@dataclass
+class _Write:
+    """What one apply changes in Redis."""
+
+    kind: str
+    hosts: list[str] = field(default_factory=list)
+    vms_set: list[VmReport] = field(default_factory=list)
+    vms_deleted: list[str] = field(default_factory=list)
+    settings: ClusterReport | None = None
+
+
+class StateWriter:
+    """Applies engine reports to the cluster state (the state-tracker service only).
+
+    Each `apply_*` returns the cluster's new version, exactly one more than before.
+    Calls for one cluster are serialized; different clusters proceed concurrently.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        settings: Settings,
+        *,
+        keys: Keys | None = None,
+        changes_maxlen: int = STATE_CHANGES_MAXLEN,
+    ) -> None:
+        self._redis = redis
+        self._keys = keys or Keys.from_settings(settings)
+        self._maxlen = changes_maxlen
+        self._apply = redis.register_script(APPLY)
+        self._clusters: dict[str, _Cluster] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ loading
+    async def load(self, cluster_ids: Iterable[str] | None = None) -> list[str]:
+        """Load clusters from Redis (default: every cluster in the clusters set); returns the ids of
+        those it could read (an unreadable one is logged and skipped).
+
+        Host aggregates are recomputed from the stored VMs; a host whose stored aggregates differ
+        (written by an older version of this code) is rewritten, as one more version.
+        """
+        if cluster_ids is None:
+            members = await self._redis.smembers(self._keys.clusters())
+            ids = sorted(_text(m) for m in members)
+        else:
+            ids = list(cluster_ids)
+        loaded: list[str] = []
+        for cid in ids:
+            async with self._lock(cid):
+                try:
+                    cluster, stored = await self._read(cid)
+                except (ValidationError, ValueError) as exc:
+                    # One unreadable cluster must not keep the tracker from serving the others: it
+                    # stays unloaded, and each report for it is refused (dead-lettered) with this reason.
+                    log.error("stored cluster unreadable; not loaded", cluster=cid, error=str(exc)[:2000])
+                    continue
+                loaded.append(cid)
+                self._clusters[cid] = cluster
+                stale = [h for h in sorted(cluster.hosts) if stored.get(h) != cluster.host_state(h)]
+                if stale:
+                    log.info("host aggregates repaired on load", cluster=cid, hosts=stale)
+                    if await self._commit(cluster, _Write(kind="repair", hosts=stale)) is None:
+                        # Redis moved on while loading: drop it; the next apply reloads.
+                        self._clusters.pop(cid, None)
+        return loaded
+
+    # ------------------------------------------------------------------ applying reports
+    async def apply_cluster(self, report: ClusterReport) -> int:
+        def change(c: _Cluster) -> _Write:
+            c.settings = report
+            return _Write(kind="cluster", settings=report)
+
+        return await self._apply_change(report.cluster_id, change)
+
+    async def apply_host(self, report: HostReport) -> int:
+        def change(c: _Cluster) -> _Write:
+            c.hosts[report.host_id] = report
+            c.record_load(report)
+            return _Write(kind="host", hosts=[report.host_id])
+
+        return await self._apply_change(report.cluster_id, change)
+
+    async def apply_vm(self, report: VmReport) -> int:
+        """A VM that counts (starting, running, migrating on a host) is stored and counted on its
+        host; any other status removes it. A VM that moved updates both hosts."""
+
+        def change(c: _Cluster) -> _Write:
+            old = c.drop_vm(report.vm_id)
+            touched = {old.host_id} if old is not None and old.host_id is not None else set()
+            write = _Write(kind="vm")
+            if counts_on_host(report):
+                assert report.host_id is not None
+                c.put_vm(report)
+                touched.add(report.host_id)
+                write.vms_set.append(report)
+            else:
+                write.vms_deleted.append(report.vm_id)
+            # Nova's build-failure counter: failed starts since the host's last successful one.
+            if report.host_id is not None and report.status is VmStatus.FAILED:
+                c.build_failures[report.host_id] = c.build_failures.get(report.host_id, 0) + 1
+                touched.add(report.host_id)
+            elif (
+                report.host_id is not None
+                and report.status is VmStatus.RUNNING
+                and c.build_failures.pop(report.host_id, 0)
+            ):
+                touched.add(report.host_id)
+            # A host with no report yet has no HostState; its VMs are counted once it reports.
+            write.hosts = sorted(h for h in touched if h in c.hosts)
+            return write
+
+        return await self._apply_change(report.cluster_id, change)
+
+    # ------------------------------------------------------------------ reading (memory)
+    def version(self, cluster_id: str) -> int:
+        c = self._clusters.get(cluster_id)
+        return c.version if c is not None else 0
+
+    def host_state(self, cluster_id: str, host_id: str) -> HostState | None:
+        c = self._clusters.get(cluster_id)
+        if c is None or host_id not in c.hosts:
+            return None
+        return c.host_state(host_id)
+
+    def snapshot(self, cluster_id: str) -> ClusterState | None:
+        """The writer's in-memory view of a loaded cluster (None if not loaded)."""
+        c = self._clusters.get(cluster_id)
+        if c is None:
+            return None
+        return ClusterState(
+            cluster_id=cluster_id,
+            version=c.version,
+            settings=c.settings or ClusterReport(cluster_id=cluster_id),
+            hosts=[c.host_state(h) for h in sorted(c.hosts)],
+            vms=[c.vms[v] for v in sorted(c.vms)],
+        )
+
+    # ------------------------------------------------------------------ internals
+    def _lock(self, cluster_id: str) -> asyncio.Lock:
+        lock = self._locks.get(cluster_id)
+        if lock is None:
+            lock = self._locks[cluster_id] = asyncio.Lock()
+        return lock
+
+    async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], _Write]) -> int:
+        async with self._lock(cluster_id):
+            for attempt in range(2):
+                cluster = self._clusters.get(cluster_id)
+                if cluster is None:
+                    cluster, _ = await self._read(cluster_id)
+                    self._clusters[cluster_id] = cluster
+                # The change mutates the in-memory cluster before Redis has it. Any failure
+                # below drops the cluster from memory, so the next apply reloads what Redis holds.
+                try:
+                    write = change(cluster)
+                    version = await self._commit(cluster, write)
+                except BaseException:
+                    self._clusters.pop(cluster_id, None)
+                    raise
+                if version is not None:
+                    return version
+                self._clusters.pop(cluster_id, None)
+                log.warning("state version moved under the writer; reloading", cluster=cluster_id, attempt=attempt)
+            raise StateConflict(
+                f"cluster {cluster_id}: state version changed under the writer twice; "
+                "is a second state tracker writing this cluster?",
+                location=f"cluster.{cluster_id}",
+            )
+
+    async def _commit(self, c: _Cluster, w: _Write) -> int | None:
+        """Write one change; the new version, or None if Redis was not at c.version."""
+        args: list[str | int] = [
+            c.version,
+            self._maxlen,
+            c.cluster_id,
+            w.settings.model_dump_json() if w.settings is not None else "",
+            w.kind,
+            json.dumps(w.hosts),
+            len(w.hosts),
+        ]
+        for h in w.hosts:
+            args += [h, c.host_state(h).model_dump_json()]
+        args.append(len(w.vms_set))
+        for vm in w.vms_set:
+            args += [vm.vm_id, vm.model_dump_json()]
+        args.append(len(w.vms_deleted))
+        args += w.vms_deleted
+        cid = c.cluster_id
+        ok, version = await self._apply(
+            keys=[
+                self._keys.state_version(cid),
+                self._keys.state_hosts(cid),
+                self._keys.state_vms(cid),
+                self._keys.state_cluster(cid),
+                self._keys.state_changes(cid),
+                self._keys.clusters(),
+            ],
+            args=args,
+        )
+        if not ok:
+            return None
+        c.version = int(version)
+        return c.version
+
+    async def _read(self, cluster_id: str) -> tuple[_Cluster, dict[str, HostState]]:
+        """The cluster as Redis holds it (empty at version 0 if unknown), and the stored HostStates."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.get(self._keys.state_version(cluster_id))
+            pipe.get(self._keys.state_cluster(cluster_id))
+            pipe.hgetall(self._keys.state_hosts(cluster_id))
+            pipe.hgetall(self._keys.state_vms(cluster_id))
+            raw_version, raw_settings, raw_hosts, raw_vms = await pipe.execute()
+        c = _Cluster(cluster_id=cluster_id, version=int(raw_version) if raw_version is not None else 0)
+        if raw_settings is not None:
+            c.settings = parse_stored(ClusterReport, raw_settings)
+        stored: dict[str, HostState] = {}
+        for host_id, blob in raw_hosts.items():
+            state = parse_stored(HostState, blob)
+            stored[_text(host_id)] = state
+            c.hosts[_text(host_id)] = state.report
+            if state.cpu_samples:
+                c.cpu_samples[_text(host_id)] = [tuple(x) for x in state.cpu_samples]  # type: ignore[misc]
+            if state.build_failures:
+                c.build_failures[_text(host_id)] = state.build_failures
+        for blob in raw_vms.values():
+            vm = parse_stored(VmReport, blob)
+            if counts_on_host(vm):
+                c.put_vm(vm)
+        return c, stored
+
+
+__all__ = ["CPU_SAMPLES_KEPT", "StateWriter"]
