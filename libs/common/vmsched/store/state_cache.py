@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -222,18 +222,7 @@ class StateCache:
             # Trimmed stream, a reader far behind, or a version that went backwards (Redis lost it).
             return await self._full_load(cluster_id)
         host_ids: Sequence[bytes] = reply[2]
-        blobs: Sequence[bytes | None] = reply[3]
-        hosts = dict(cached.hosts)
-        for raw_id, blob in zip(host_ids, blobs, strict=True):
-            host_id = _text(raw_id)
-            if blob is None:
-                hosts.pop(host_id, None)
-                continue
-            try:
-                hosts[host_id] = parse_stored(HostState, blob)
-            except ValidationError:
-                log.warning("unreadable host state skipped", cluster=cluster_id, host=host_id)
-                hosts.pop(host_id, None)
+        hosts = self._apply_changes(cluster_id, cached.hosts, host_ids, reply[3])
         settings = cached.settings
         if int(reply[4]):
             settings = self._parse_settings(cluster_id, reply[5])
@@ -248,6 +237,28 @@ class StateCache:
             if table is not None:
                 return _Cached(version, settings, hosts, table)
         return self._build(version, settings, hosts)
+
+    def _apply_changes(
+        self,
+        cluster_id: str,
+        before: Mapping[str, HostState],
+        host_ids: Sequence[bytes],
+        blobs: Sequence[bytes | None],
+    ) -> dict[str, HostState]:
+        """The hosts after the changed ones: a missing blob is a removed host; an unreadable one is
+        skipped with a warning (as at a full load) rather than failing every request."""
+        hosts = dict(before)
+        for raw_id, blob in zip(host_ids, blobs, strict=True):
+            host_id = _text(raw_id)
+            if blob is None:
+                hosts.pop(host_id, None)
+                continue
+            try:
+                hosts[host_id] = parse_stored(HostState, blob)
+            except ValidationError:
+                log.warning("unreadable host state skipped", cluster=cluster_id, host=host_id)
+                hosts.pop(host_id, None)
+        return hosts
 
     async def _full_load(self, cluster_id: str) -> _Cached:
         async with self._redis.pipeline(transaction=True) as pipe:
