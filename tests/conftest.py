@@ -38,7 +38,7 @@ def server_urls() -> Iterator[servers.Servers]:
     found = servers.resolve()
     yield found
     for c in found.containers:
-        c.stop()  # type: ignore[attr-defined]
+        c.stop()  # type: ignore[attr-defined]  # a testcontainers container (optional, untyped)
 
 
 def _with_path(url: str, path: str) -> str:

@@ -31,6 +31,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import StaleState, UnknownCluster
 from vmsched.runtime import Runtime
+from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
 from vmsched.store import Keys, StateCache, StateWriter
 from vmsched_services.filter_worker.service import FilterWorker
@@ -65,8 +66,8 @@ async def changes(
     return cast(list[tuple[bytes, dict[bytes, bytes]]], await client.xrange(key, start, end))
 
 
-def column(table: object, name: str, host_id: str) -> float:
-    pos = table.position(host_id)  # type: ignore[attr-defined]
+def column(table: HostTable, name: str, host_id: str) -> float:
+    pos = table.position(host_id)
     assert pos is not None
     return float(getattr(table, name)[pos])
 

@@ -12,7 +12,7 @@ import shlex
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -45,7 +45,7 @@ def compose() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return compose["services"]  # type: ignore[no-any-return]
+    return cast(dict[str, dict[str, Any]], compose["services"])
 
 
 def _dockerfile_instructions() -> list[tuple[str, str]]:

@@ -19,7 +19,9 @@ async def test_a_loop_that_swallows_a_cancel_is_cancelled_again_until_it_stops()
             except asyncio.CancelledError:
                 if swallowed == 0:
                     swallowed += 1
-                    asyncio.current_task().uncancel()  # type: ignore[union-attr]
+                    task = asyncio.current_task()
+                    assert task is not None
+                    task.uncancel()
                     continue
                 raise
 

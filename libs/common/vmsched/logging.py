@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import cast
 
 import structlog
 
@@ -27,6 +28,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        # An object with write/flush, not a TextIO: structlog only writes to it.
         logger_factory=structlog.PrintLoggerFactory(file=_STDERR),  # type: ignore[arg-type]
         cache_logger_on_first_use=True,
     )
@@ -85,4 +87,4 @@ def _one_line_client_errors(record: logging.LogRecord) -> bool:
 
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+    return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(name))

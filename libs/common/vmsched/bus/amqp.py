@@ -325,7 +325,7 @@ class AmqpBus(Bus):
             async with asyncio.timeout(max(timeout, 0.0)):
                 await conn.connected.wait()
                 if ch is not None:
-                    await ch.ready()  # type: ignore[attr-defined]
+                    await ch.ready()  # type: ignore[attr-defined]  # RobustChannel has it; the abstract type does not
         except TimeoutError:
             raise self._unavailable(f"no connection within {timeout:g} s") from None
 

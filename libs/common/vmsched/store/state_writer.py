@@ -304,7 +304,7 @@ class StateWriter:
             stored[_text(host_id)] = state
             c.hosts[_text(host_id)] = state.report
             if state.cpu_samples:
-                c.cpu_samples[_text(host_id)] = [tuple(x) for x in state.cpu_samples]  # type: ignore[misc]
+                c.cpu_samples[_text(host_id)] = list(state.cpu_samples)
             if state.build_failures:
                 c.build_failures[_text(host_id)] = state.build_failures
         for blob in raw_vms.values():
