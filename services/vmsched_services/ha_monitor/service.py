@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from vmsched import constants as c
 from vmsched.contracts import HaAlert, HaCheckRequest, HaRecovered, HaReport
 from vmsched.db.cache import PolicyCache
-from vmsched.db.policies import HA_RESERVATION_PROPERTY
+from vmsched.db.repository import HA_RESERVATION_PROPERTY
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime

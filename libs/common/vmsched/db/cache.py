@@ -27,7 +27,7 @@ class PolicyCache:
     async def for_cluster(self, cluster_id: str) -> Policy:
         policy = self._policies.get(cluster_id)
         if policy is None:
-            from vmsched.db.policies import PolicyRepository
+            from vmsched.db.repository import PolicyRepository
 
             policy = await PolicyRepository(await self.rt.postgres()).get_for_cluster(cluster_id)
             policy.validate_against(REGISTRY)
