@@ -7,7 +7,8 @@ policy = await repo.get_for_cluster("cluster-1")
 
 pool.py holds the connections, policy_rows.py reads and writes policies as rows, catalogue.py writes
 the registry's units and the built-in policies, repository.py is the API the services and the admin
-commands use; cache.py keeps each cluster's policy in a service process.
+commands use. Nothing here knows the bus or the runtime: the per-process policy cache that follows
+policy.changed events is vmsched.policy_cache.
 """
 
 from vmsched.db.catalogue import seed_builtins
