@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aioredis
 
 from vmsched.bus import Bus, connect
+from vmsched.db import connect as connect_pg
 from vmsched.settings import Settings
 from vmsched.store import StateCache
 from vmsched.store.redis import connect as connect_redis
@@ -64,8 +65,6 @@ class Runtime:
     async def postgres(self) -> asyncpg.Pool:
         """The PostgreSQL pool, opened on first use (only the selector needs it)."""
         if self._pg is None:
-            from vmsched.db import connect as connect_pg
-
             self._pg = await connect_pg(self.settings.postgres_url)
         return self._pg
 

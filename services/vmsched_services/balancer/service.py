@@ -31,9 +31,9 @@ from vmsched.contracts import (
     VmSpec,
     VmStatus,
 )
-from vmsched.db.cache import PolicyCache
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
+from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties

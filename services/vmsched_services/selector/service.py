@@ -50,10 +50,10 @@ from vmsched.contracts import (
     WeighReply,
     WeighRequest,
 )
-from vmsched.db.cache import PolicyCache
 from vmsched.errors import InvalidRequest, LockTimeout, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
+from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import candidate_hosts, select
 from vmsched.scheduling.placement import Unplaceable, WaitForPending, pending_entry, place

@@ -3,7 +3,7 @@
 Steps: create the database if missing; take a session advisory lock so concurrent migrators (several
 services starting at once) run one after another; apply every `migrations/NNNN_name.sql` not yet
 recorded in schema_migrations, each in its own transaction; then write the registry's units and the
-built-in policies (vmsched.db.policies.seed_builtins), touching only rows that differ. A second run
+built-in policies (vmsched.db.catalogue.seed_builtins), touching only rows that differ. A second run
 applies nothing and changes no row.
 """
 
@@ -19,7 +19,8 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 from asyncpg import exceptions as pg_errors
 
-from vmsched.db.policies import Connection, connect_one, init_connection, seed_builtins
+from vmsched.db.catalogue import seed_builtins
+from vmsched.db.pool import Connection, connect_one, init_connection
 from vmsched.errors import DatabaseMissing, MigrationError
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.registry import REGISTRY

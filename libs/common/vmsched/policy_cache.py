@@ -1,4 +1,8 @@
-"""Cluster policies cached in a service process, dropped on a `policy.changed` event."""
+"""Cluster policies cached in a service process, dropped on a `policy.changed` event.
+
+It reads through vmsched.db and listens on the bus of the process's Runtime, so it lives next to the
+runtime rather than in vmsched.db, which knows neither.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from vmsched import constants as c
 from vmsched.contracts import PolicyChanged
+from vmsched.db.repository import PolicyRepository
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import REGISTRY
 
@@ -27,8 +32,6 @@ class PolicyCache:
     async def for_cluster(self, cluster_id: str) -> Policy:
         policy = self._policies.get(cluster_id)
         if policy is None:
-            from vmsched.db.policies import PolicyRepository
-
             policy = await PolicyRepository(await self.rt.postgres()).get_for_cluster(cluster_id)
             policy.validate_against(REGISTRY)
             self._policies[cluster_id] = policy
