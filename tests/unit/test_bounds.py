@@ -43,7 +43,7 @@ from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import base
 from vmsched.scheduling.units.base import PropertySpec, ValidationCache, validate_properties
 from vmsched.scheduling.units.extra_specs import lookup
-from vmsched.scheduling.units.nova_filters import RAM_RATIO
+from vmsched.scheduling.units.nova_resource_filters import RAM_RATIO
 from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.registry import REGISTRY
 

@@ -13,14 +13,9 @@ from vmsched.contracts import ClusterReport, HostState, PendingEntry
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit, validate_properties
-from vmsched.scheduling.units.nova_filters import (
-    NOVA_FILTER_UNITS,
-    canonical_arch,
-    host_attribute,
-    metric_names,
-    version_satisfies,
-    version_tuple,
-)
+from vmsched.scheduling.units.nova_attributes import host_attribute
+from vmsched.scheduling.units.nova_filters import NOVA_FILTER_UNITS, metric_names
+from vmsched.scheduling.units.nova_versions import canonical_arch, version_satisfies, version_tuple
 from vmsched.scheduling.units.registry import REGISTRY
 
 NOW = 1_700_000_000.0
