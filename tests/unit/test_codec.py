@@ -161,7 +161,6 @@ def test_a_huge_nested_input_is_quoted_by_its_first_items_only() -> None:
 
 
 def test_describe_validation_error_gives_text_and_first_location() -> None:
-
     with pytest.raises(ValidationError) as info:
         VmSpec.model_validate({"vm_id": "", "mem_mb": 0, "vcpus": 1})
     text, first = describe_validation_error(info.value)

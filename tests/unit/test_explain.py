@@ -77,7 +77,6 @@ def test_columns_are_capped_and_say_so() -> None:
 
 
 def test_watch_lines_name_what_happened() -> None:
-
     now = datetime.now(UTC)
     migration = MigrationDecision(
         decision_id=uuid.uuid4(),

@@ -423,12 +423,10 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
 
 
 def _cpus() -> int:
-
     return os.cpu_count() or 0
 
 
 async def _cleanup(settings: Settings) -> None:
-
     redis = connect_redis(settings)
     try:
         async for key in redis.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
@@ -463,7 +461,6 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
-
     configure("WARNING", "console")
     result = asyncio.run(run_bench(args, settings))
     out = Path(args.json_out)

@@ -78,7 +78,6 @@ class Supervisor:
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
 
     async def consumers(self, service: str) -> int:
-
         conn = await aio_pika.connect(self.settings.amqp_url)
         try:
             return await consumer_count(conn, self.settings, service)
