@@ -1,4 +1,5 @@
-"""What every fault experiment shares: its result, its isolated scope on the servers, its clusters.
+"""What every fault experiment shares: its result, its isolated scope on the servers, its stage (services,
+the engine's client, clusters), its request stream and its fault loop.
 
 An experiment runs real service processes (vmsched_services.tools.procs.ServiceStack) against the real RabbitMQ,
 Redis and PostgreSQL, under AMQP and Redis prefixes of its own: it never sees, and never disturbs,
@@ -15,7 +16,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostSta
 from vmsched.settings import Settings
 from vmsched.store import PendingStore
 from vmsched.store.redis import connect
-from vmsched_services.tools.procs import ServiceStack, delete_broker_objects
+from vmsched_services.tools.procs import ServiceProcess, ServiceStack, delete_broker_objects
 
 Figure = int | float | str
 
@@ -103,6 +104,14 @@ class Result:
         }
 
 
+@contextlib.contextmanager
+def timed(res: Result) -> Iterator[Result]:
+    """Time the block (the whole experiment, setup and teardown included) into res.elapsed_s."""
+    started = time.monotonic()
+    yield res
+    res.elapsed_s = time.monotonic() - started
+
+
 def _fmt(v: Figure) -> str:
     if isinstance(v, float):
         return f"{v:.3f}".rstrip("0").rstrip(".") if abs(v) < 1000 else f"{v:.0f}"
@@ -121,6 +130,22 @@ def scoped_settings(base: Settings, experiment: str, **overrides: Any) -> Settin
             **overrides,
         }
     )
+
+
+#: Timeouts the experiments run with: the Settings defaults, whatever the caller's settings say
+#: (the test suite's settings shorten them), because the thresholds are stated against those.
+DEFAULT_TIMEOUTS = ("lock_acquire_timeout_s", "lock_hold_timeout_s", "rpc_timeout_s", "pending_ttl_s", "pending_wait_s")
+
+
+def experiment_settings(base: Settings, experiment: str, **overrides: Any) -> Settings:
+    """`scoped_settings` with the DEFAULT_TIMEOUTS at their Settings defaults, then `overrides`."""
+    defaults = {n: Settings.model_fields[n].default for n in DEFAULT_TIMEOUTS}
+    return scoped_settings(base, experiment, **{**defaults, **overrides})
+
+
+def run_tag(prefix: str) -> str:
+    """A name prefix of the experiment's clusters and VMs, new on every run."""
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 async def cleanup(settings: Settings) -> None:
@@ -196,7 +221,11 @@ async def make_clusters(client: SchedulerClient, prefix: str, clusters: int, hos
     return out
 
 
-def random_vm(rng: random.Random, vm_id: str, sizes: tuple[int, ...] = (512, 1024, 2048)) -> VmSpec:
+#: The memory sizes (MB) of the VMs an experiment asks for, unless it states its own.
+VM_SIZES_MB = (512, 1024, 2048)
+
+
+def random_vm(rng: random.Random, vm_id: str, sizes: tuple[int, ...] = VM_SIZES_MB) -> VmSpec:
     return VmSpec(vm_id=vm_id, mem_mb=rng.choice(sizes), vcpus=rng.choice((1, 2)), networks=["vmnet"])
 
 
@@ -221,6 +250,41 @@ class Outcome:
     @property
     def answered(self) -> bool:
         return self.decision is not None and self.decision.status is not DecisionStatus.ERROR
+
+
+# ---------------------------------------------------------------------- the stage an experiment runs on
+@dataclass
+class Stage:
+    """An experiment's services, started under its settings; the engine's client on them; and the
+    clusters it reported (`clusters` of them, named after `tag`), with their hosts."""
+
+    stack: ServiceStack
+    started: list[ServiceProcess]
+    client: SchedulerClient
+    tag: str
+    clusters: int
+    hosts: list[Host]
+
+    def requests(self, rng: random.Random, n: int, sizes: tuple[int, ...] = VM_SIZES_MB) -> list[Outcome]:
+        """`n` schedule requests for random VMs of `sizes`, dealt to the clusters in turn (none sent yet)."""
+        return [
+            Outcome(f"{self.tag}-c{i % self.clusters}", random_vm(rng, f"{self.tag}-vm{i}", sizes), uuid.uuid4())
+            for i in range(n)
+        ]
+
+
+@contextlib.asynccontextmanager
+async def staged(
+    settings: Settings, log_dir: Path, services: Sequence[str], *, tag: str, clusters: int, hosts: int, mem_mb: int
+) -> AsyncIterator[Stage]:
+    """`running` with `services` started and a SchedulerClient on them that reported `clusters` clusters
+    of `hosts` Up hosts of `mem_mb` each; on exit the client is closed, then the services stopped and
+    the experiment's broker objects and keys deleted (measure what lives there before leaving)."""
+    async with running(settings, log_dir) as stack:
+        started = await stack.start(*services)
+        async with SchedulerClient(settings) as client:
+            all_hosts = await make_clusters(client, tag, clusters, hosts, mem_mb)
+            yield Stage(stack, started, client, tag, clusters, all_hosts)
 
 
 async def schedule_with_retries(
@@ -331,6 +395,21 @@ async def every(
     return n
 
 
+@contextlib.asynccontextmanager
+async def periodically(
+    interval: tuple[float, float], rng: random.Random, fn: Callable[[], Awaitable[None]]
+) -> AsyncIterator[None]:
+    """Call `fn` every uniform(*interval) seconds (see `every`) while the block runs; on leaving it,
+    stop and wait for a call in progress to end."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(every(interval, rng, stop, fn))
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
 async def refused_requests(settings: Settings, limit: int = 100_000) -> Counter[str]:
     """What the services dead-lettered themselves (header x-vmsched-reason), by reason, from the
     experiment's own dead-letter queue (consumed). Requests that merely expired in a queue while
@@ -355,3 +434,12 @@ async def refused_requests(settings: Settings, limit: int = 100_000) -> Counter[
     finally:
         await conn.close()
     return reasons
+
+
+async def count_refused(res: Result, settings: Settings, figure: str, note: str, top: int) -> None:
+    """`refused_requests` as the figure `figure`, and (if any) a note `note: ` naming the `top` most
+    common reasons."""
+    refused = await refused_requests(settings)
+    res.figures[figure] = sum(refused.values())
+    if refused:
+        res.notes.append(f"{note}: " + "; ".join(f"{r} x{n}" for r, n in refused.most_common(top)))

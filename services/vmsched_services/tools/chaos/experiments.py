@@ -2,7 +2,9 @@
 service processes under prefixes of its own, and returns a Result (figures + thresholds).
 
 The engine's side is played by vmsched.client.SchedulerClient, as an engine would use it: a call
-that times out or loses its connection is sent again under the same request id.
+that times out or loses its connection is sent again under the same request id. Each experiment
+reads top to bottom as setup (its settings and stage), inject (its faults during a request
+stream), observe (its figures, while its services and keys still exist) and judge (its thresholds).
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from redis.asyncio import Redis
 
 from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, PendingEntry, VmReport, VmSpec, VmStatus
@@ -27,34 +31,24 @@ from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.chaos.base import (
+    Host,
     Outcome,
     Result,
-    every,
-    make_clusters,
+    Stage,
+    count_refused,
+    experiment_settings,
     pending_duplicates,
     percentile,
+    periodically,
     placement_faults,
-    random_vm,
-    refused_requests,
-    running,
+    run_tag,
     schedule_with_retries,
-    scoped_settings,
+    staged,
+    timed,
 )
 from vmsched_services.tools.chaos.holder import stale_vm
 from vmsched_services.tools.chaos.inject import close_broker_connections, kill_redis_clients, restart_broker_app
 from vmsched_services.tools.procs import ServiceProcess, ServiceStack, settings_env
-
-#: Timeouts the experiments run with: the Settings defaults, whatever the caller's settings say
-#: (the test suite's settings shorten them), because the thresholds are stated against those.
-DEFAULT_TIMEOUTS = ("lock_acquire_timeout_s", "lock_hold_timeout_s", "rpc_timeout_s", "pending_ttl_s", "pending_wait_s")
-
-
-def _defaults(*names: str) -> dict[str, Any]:
-    return {n: Settings.model_fields[n].default for n in names}
-
-
-def _tag(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
 async def _drive(
@@ -159,43 +153,36 @@ async def worker_kill(
     """Filter-workers and weighers (2 each) are SIGKILLed mid-request and restarted while
     `requests` schedule requests run: every one is answered, within 5 s, exactly once."""
     res = Result("worker_kill", {"requests": requests, "clusters": clusters, "concurrency": concurrency})
-    started = time.monotonic()
-    settings = scoped_settings(base, "worker-kill", **_defaults(*DEFAULT_TIMEOUTS))
-    rng = random.Random(seed)
-    tag = _tag("wk")
-    async with running(settings, log_dir) as stack:
-        await stack.start("state-tracker", "filter-worker", "filter-worker", "weigher", "weigher", "selector")
-        async with SchedulerClient(settings) as client:
-            all_hosts = await make_clusters(client, tag, clusters, hosts, 262_144)
-            outcomes = [
-                Outcome(f"{tag}-c{i % clusters}", random_vm(rng, f"{tag}-vm{i}"), uuid.uuid4()) for i in range(requests)
-            ]
-            stop = asyncio.Event()
+    with timed(res):
+        settings = experiment_settings(base, "worker-kill")
+        rng = random.Random(seed)
+        services = ("state-tracker", "filter-worker", "filter-worker", "weigher", "weigher", "selector")
+        tag = run_tag("wk")
+        async with staged(
+            settings, log_dir, services, tag=tag, clusters=clusters, hosts=hosts, mem_mb=262_144
+        ) as stage:
+            outcomes = stage.requests(rng, requests)
             kills: Counter[str] = Counter()
 
             async def kill() -> None:
                 service = rng.choice(("filter-worker", "weigher"))
-                if await _kill_and_replace(stack, service, rng, freeze_s=freeze_s) is not None:
+                if await _kill_and_replace(stage.stack, service, rng, freeze_s=freeze_s) is not None:
                     kills[service] += 1
 
-            killer = asyncio.create_task(every(kill_every_s, rng, stop, kill))
-            try:
-                await _drive(client, outcomes, concurrency, call_timeout=5.0, give_up_after=30.0, spread_s=spread_s)
-            finally:
-                stop.set()
-                await killer
-        _latency_figures(res, outcomes)
-        faults = placement_faults(outcomes, all_hosts)
-        res.figures["kills"] = sum(kills.values())
-        res.figures["duplicate_placements"] = faults["duplicate_placements"]
-        res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes)
-    res.check("answered", ">=", requests)
-    res.check("lost", "==", 0)
-    res.check("latency_max_s", "<=", 5.0)
-    res.check("duplicate_placements", "==", 0)
-    res.check("pending_mismatches", "==", 0)
-    res.check("kills", ">=", 1)
-    res.elapsed_s = time.monotonic() - started
+            async with periodically(kill_every_s, rng, kill):
+                await _drive(
+                    stage.client, outcomes, concurrency, call_timeout=5.0, give_up_after=30.0, spread_s=spread_s
+                )
+            _latency_figures(res, outcomes)
+            res.figures["kills"] = sum(kills.values())
+            res.figures["duplicate_placements"] = placement_faults(outcomes, stage.hosts)["duplicate_placements"]
+            res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes)
+        res.check("answered", ">=", requests)
+        res.check("lost", "==", 0)
+        res.check("latency_max_s", "<=", 5.0)
+        res.check("duplicate_placements", "==", 0)
+        res.check("pending_mismatches", "==", 0)
+        res.check("kills", ">=", 1)
     return res
 
 
@@ -220,91 +207,96 @@ async def selector_kill(
         "selector_kill",
         {"requests": requests, "clusters": clusters, "selectors": selectors, "concurrency": concurrency},
     )
-    started = time.monotonic()
-    settings = scoped_settings(base, "selector-kill", **_defaults(*DEFAULT_TIMEOUTS))
-    bound = settings.lock_acquire_timeout_s + 5.0
-    rng = random.Random(seed)
-    tag = _tag("sk")
-    async with running(settings, log_dir) as stack:
-        await stack.start("state-tracker", "filter-worker", "filter-worker", "weigher", *["selector"] * selectors)
-        async with SchedulerClient(settings) as client:
-            # Small hosts: the clusters fill up, so a broken lock would show as over-commitment.
-            all_hosts = await make_clusters(client, tag, clusters, hosts, 16_384)
-            outcomes = [
-                Outcome(f"{tag}-c{i % clusters}", random_vm(rng, f"{tag}-vm{i}", (512, 1024, 2048, 4096)), uuid.uuid4())
-                for i in range(requests)
-            ]
-            stop = asyncio.Event()
-            kills = 0
-            holding = 0
-            chosen: set[int] = set()
-            cluster_ids = sorted({h.cluster_id for h in all_hosts})
+    with timed(res):
+        settings = experiment_settings(base, "selector-kill")
+        bound = settings.lock_acquire_timeout_s + 5.0
+        rng = random.Random(seed)
+        services = ("state-tracker", "filter-worker", "filter-worker", "weigher", *["selector"] * selectors)
+        tag = run_tag("sk")
+        # Small hosts: the clusters fill up, so a broken lock would show as over-commitment.
+        async with staged(settings, log_dir, services, tag=tag, clusters=clusters, hosts=hosts, mem_mb=16_384) as stage:
+            outcomes = stage.requests(rng, requests, (512, 1024, 2048, 4096))
             redis = connect_redis(settings)
-            locks = ClusterLock(redis, settings)
-
-            async def lock_holder(live: list[ServiceProcess]) -> ServiceProcess | None:
-                """The worst victim: a selector holding a cluster's lock right now (polled up to 0.5 s).
-                The lock's value names its owner process ("host-PID/..."), as ClusterLock.holder shows."""
-                end = time.monotonic() + 0.5
-                while time.monotonic() < end:
-                    values = [await locks.holder(cid) for cid in cluster_ids]
-                    for p in live:
-                        if any(v is not None and re.search(rf"-{p.pid}\b", v) for v in values):
-                            chosen.add(p.pid)
-                            return p
-                    await asyncio.sleep(0.01)
-                return None
-
-            async def kill() -> None:
-                nonlocal kills, holding
-                victim = await _kill_and_replace(stack, "selector", rng, prefer=lock_holder)
-                if victim is not None:
-                    kills += 1
-                    holding += victim.pid in chosen
-
-            killer = asyncio.create_task(every(kill_every_s, rng, stop, kill))
+            killer = _SelectorKiller(stage.stack, rng, ClusterLock(redis, settings), _cluster_ids(stage.hosts))
             try:
-                await _drive(
-                    client,
-                    outcomes,
-                    concurrency,
-                    call_timeout=5.0,
-                    give_up_after=settings.lock_acquire_timeout_s + settings.lock_hold_timeout_s + 15.0,
-                    spread_s=spread_s,
-                    start_placed=True,
-                )
+                async with periodically(kill_every_s, rng, killer.kill):
+                    await _drive(
+                        stage.client,
+                        outcomes,
+                        concurrency,
+                        call_timeout=5.0,
+                        give_up_after=settings.lock_acquire_timeout_s + settings.lock_hold_timeout_s + 15.0,
+                        spread_s=spread_s,
+                        start_placed=True,
+                    )
             finally:
-                stop.set()
-                await killer
                 await redis.aclose()
-        _latency_figures(res, outcomes)
-        faults = placement_faults(outcomes, all_hosts)
-        within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
-        res.figures["answered_within_5s_pct"] = round(100.0 * within / max(1, requests), 2)
-        res.figures["latency_bound_s"] = bound
-        res.figures["placed"] = faults["placed"]
-        res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
-        res.figures["duplicate_placements"] = faults["duplicate_placements"]
-        res.figures["kills"] = kills
-        res.figures["kills_holding_a_lock"] = holding
-        # Informational (no threshold: the client retries them): what the selectors refused themselves.
-        refused = await refused_requests(settings)
-        res.figures["requests_dead_lettered"] = sum(refused.values())
-        if refused:
-            top = "; ".join(f"{r} x{n}" for r, n in refused.most_common(2))
-            res.notes.append(f"dead-lettered by the services: {top}")
-        res.notes.append(
-            f"lock acquire/hold timeouts {settings.lock_acquire_timeout_s:g}/{settings.lock_hold_timeout_s:g} s "
-            "(Settings defaults)"
-        )
-    res.check("over_committed_hosts", "==", 0)
-    res.check("duplicate_placements", "==", 0)
-    res.check("lost", "==", 0)
-    res.check("answered_within_5s_pct", ">=", 99.0)
-    res.check("latency_max_s", "<=", bound)
-    res.check("kills", ">=", 1)
-    res.elapsed_s = time.monotonic() - started
+            await _selector_kill_figures(res, settings, stage, outcomes, killer, bound)
+        res.check("over_committed_hosts", "==", 0)
+        res.check("duplicate_placements", "==", 0)
+        res.check("lost", "==", 0)
+        res.check("answered_within_5s_pct", ">=", 99.0)
+        res.check("latency_max_s", "<=", bound)
+        res.check("kills", ">=", 1)
     return res
+
+
+def _cluster_ids(hosts: list[Host]) -> list[str]:
+    return sorted({h.cluster_id for h in hosts})
+
+
+@dataclass
+class _SelectorKiller:
+    """selector_kill's fault: SIGKILL a selector and start its replacement, the one holding a
+    cluster's lock right now if there is one; counts the kills, and those that hit a lock holder."""
+
+    stack: ServiceStack
+    rng: random.Random
+    locks: ClusterLock
+    cluster_ids: list[str]
+    kills: int = 0
+    holding: int = 0
+    chosen: set[int] = field(default_factory=set)
+
+    async def kill(self) -> None:
+        victim = await _kill_and_replace(self.stack, "selector", self.rng, prefer=self.lock_holder)
+        if victim is not None:
+            self.kills += 1
+            self.holding += victim.pid in self.chosen
+
+    async def lock_holder(self, live: list[ServiceProcess]) -> ServiceProcess | None:
+        """The worst victim: a selector holding a cluster's lock right now (polled up to 0.5 s).
+        The lock's value names its owner process ("host-PID/..."), as ClusterLock.holder shows."""
+        end = time.monotonic() + 0.5
+        while time.monotonic() < end:
+            values = [await self.locks.holder(cid) for cid in self.cluster_ids]
+            for p in live:
+                if any(v is not None and re.search(rf"-{p.pid}\b", v) for v in values):
+                    self.chosen.add(p.pid)
+                    return p
+            await asyncio.sleep(0.01)
+        return None
+
+
+async def _selector_kill_figures(
+    res: Result, settings: Settings, stage: Stage, outcomes: list[Outcome], killer: _SelectorKiller, bound: float
+) -> None:
+    _latency_figures(res, outcomes)
+    faults = placement_faults(outcomes, stage.hosts)
+    within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
+    res.figures["answered_within_5s_pct"] = round(100.0 * within / max(1, len(outcomes)), 2)
+    res.figures["latency_bound_s"] = bound
+    res.figures["placed"] = faults["placed"]
+    res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
+    res.figures["duplicate_placements"] = faults["duplicate_placements"]
+    res.figures["kills"] = killer.kills
+    res.figures["kills_holding_a_lock"] = killer.holding
+    # Informational (no threshold: the client retries them): what the selectors refused themselves.
+    await count_refused(res, settings, "requests_dead_lettered", "dead-lettered by the services", 2)
+    res.notes.append(
+        f"lock acquire/hold timeouts {settings.lock_acquire_timeout_s:g}/{settings.lock_hold_timeout_s:g} s "
+        "(Settings defaults)"
+    )
 
 
 # ====================================================================== 3. stale_holder
@@ -318,109 +310,146 @@ async def stale_holder(
     hold timeout (None: the Settings default); the takeover is awaited, not assumed, so the
     experiment holds for a lock whose hold timeout is its TTL as for a short renewed lease.
     """
-
     res = Result("stale_holder", {"trials": trials, "per_round": per_round})
-    started = time.monotonic()
-    overrides = _defaults(*DEFAULT_TIMEOUTS)
-    if hold_s is not None:
-        overrides["lock_hold_timeout_s"] = hold_s
-    settings = scoped_settings(base, "stale-holder", **overrides)
-    hold = settings.lock_hold_timeout_s
-    tag = _tag("sh")
-    outcomes: Counter[str] = Counter()
-    takeovers: list[float] = []
-    landed = 0
-    await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
-    redis = connect_redis(settings)
-    locks = ClusterLock(redis, settings, owner="chaos-taker")
-    pending = PendingStore(redis, settings)
-    try:
-        for r in range((trials + per_round - 1) // per_round):
-            names = [f"{tag}-r{r}-c{i}" for i in range(min(per_round, trials - r * per_round))]
-            with (log_dir / f"holder-{r}.stderr").open("wb") as err:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "vmsched_services.tools.chaos.holder",
-                    *names,
-                    env={**settings_env(settings), "PYTHONUNBUFFERED": "1"},
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=err,
-                )
-            assert proc.stdin is not None
-            assert proc.stdout is not None
-            try:
-                tokens: dict[str, int] = {}
-                async with asyncio.timeout(30):
-                    while len(tokens) < len(names):
-                        line = (await proc.stdout.readline()).decode().split()
-                        if not line:
-                            raise RuntimeError(f"holder exited before locking; see {err.name}")
-                        if line[0] == "LOCKED":
-                            tokens[line[1]] = int(line[2])
-                os.kill(proc.pid, signal.SIGSTOP)
-                stopped = time.monotonic()
-
-                async def take_over(cid: str, tokens: dict[str, int] = tokens, stopped: float = stopped) -> None:
-                    # Waits for the stopped holder's lock to lapse: bounded by its hold timeout.
-                    lease = await locks.acquire(cid, timeout_s=hold + 5.0)
-                    try:
-                        takeovers.append(time.monotonic() - stopped)
-                        if lease.token <= tokens[cid]:
-                            raise RuntimeError(f"token {lease.token} after the holder's {tokens[cid]}")
-                        entry = PendingEntry(
-                            vm_id=f"taker-{cid}",
-                            host_id=f"{cid}-h1",
-                            mem_mb=1024,
-                            vcpus=1,
-                            request_id=uuid.uuid4(),
-                            fencing_token=lease.token,
-                            expires_at=time.time() + 300,
-                        )
-                        await pending.record(cid, [entry], lease.token)
-                    finally:
-                        await locks.release(lease)
-
-                await asyncio.gather(*(take_over(cid) for cid in names))
-                os.kill(proc.pid, signal.SIGCONT)
-                proc.stdin.write(b"WRITE\n")
-                await proc.stdin.drain()
-                async with asyncio.timeout(30):
-                    while True:
-                        line = (await proc.stdout.readline()).decode().split()
-                        if not line or line[0] == "DONE":
-                            break
-                        if line[0] in ("REFUSED", "WRITTEN", "ABORTED"):
-                            outcomes[line[0]] += 1
-                for cid in names:
-                    if await pending.get(cid, stale_vm(cid)) is not None:
-                        landed += 1
-                    if await pending.get(cid, f"taker-{cid}") is None:
-                        res.notes.append(f"the taker's own write to {cid} is missing")
-            finally:
-                if proc.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(proc.pid, signal.SIGCONT)
-                        proc.kill()
-                await proc.wait()
-            for cid in names:
-                await redis.delete(*(k for k in _cluster_keys(settings, cid)))
-    finally:
-        await redis.aclose()
-    res.figures["refused"] = outcomes["REFUSED"] + outcomes["ABORTED"]
-    res.figures["refused_by_fence"] = outcomes["REFUSED"]
-    res.figures["aborted_before_write"] = outcomes["ABORTED"]
-    res.figures["written"] = outcomes["WRITTEN"]
-    res.figures["stale_writes_landed"] = landed
-    res.figures["takeover_max_s"] = round(max(takeovers, default=0.0), 3)
-    res.figures["hold_timeout_s"] = hold
-    res.check("refused", ">=", trials)
-    res.check("written", "==", 0)
-    res.check("stale_writes_landed", "==", 0)
-    res.check("takeover_max_s", "<=", hold + 1.0)
-    res.elapsed_s = time.monotonic() - started
+    with timed(res):
+        overrides = {} if hold_s is None else {"lock_hold_timeout_s": hold_s}
+        settings = experiment_settings(base, "stale-holder", **overrides)
+        hold = settings.lock_hold_timeout_s
+        tag = run_tag("sh")
+        await asyncio.to_thread(log_dir.mkdir, parents=True, exist_ok=True)
+        redis = connect_redis(settings)
+        taker = _Taker(settings, redis, res.notes)
+        try:
+            for r in range((trials + per_round - 1) // per_round):
+                names = [f"{tag}-r{r}-c{i}" for i in range(min(per_round, trials - r * per_round))]
+                await taker.round(names, log_dir / f"holder-{r}.stderr")
+        finally:
+            await redis.aclose()
+        res.figures["refused"] = taker.outcomes["REFUSED"] + taker.outcomes["ABORTED"]
+        res.figures["refused_by_fence"] = taker.outcomes["REFUSED"]
+        res.figures["aborted_before_write"] = taker.outcomes["ABORTED"]
+        res.figures["written"] = taker.outcomes["WRITTEN"]
+        res.figures["stale_writes_landed"] = taker.landed
+        res.figures["takeover_max_s"] = round(max(taker.takeovers, default=0.0), 3)
+        res.figures["hold_timeout_s"] = hold
+        res.check("refused", ">=", trials)
+        res.check("written", "==", 0)
+        res.check("stale_writes_landed", "==", 0)
+        res.check("takeover_max_s", "<=", hold + 1.0)
     return res
+
+
+@dataclass
+class _Taker:
+    """stale_holder's side of the lock: per round, it starts a holder process (holder.py) on some
+    clusters, stops it once it holds their locks, takes each lock over and writes, resumes the
+    holder for its stale write, and counts what became of it. `notes` gets what went wrong here."""
+
+    settings: Settings
+    redis: Redis
+    notes: list[str]
+    #: The holder's reports: REFUSED, WRITTEN, ABORTED (holder.py).
+    outcomes: Counter[str] = field(default_factory=Counter)
+    #: Seconds from stopping the holder to taking a lock over.
+    takeovers: list[float] = field(default_factory=list)
+    #: The holder's stale writes found in the pending store.
+    landed: int = 0
+    locks: ClusterLock = field(init=False)
+    pending: PendingStore = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.locks = ClusterLock(self.redis, self.settings, owner="chaos-taker")
+        self.pending = PendingStore(self.redis, self.settings)
+
+    async def round(self, names: list[str], stderr: Path) -> None:
+        proc = await _start_holder(self.settings, names, stderr)
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        try:
+            tokens = await _read_tokens(proc.stdout, len(names), stderr)
+            os.kill(proc.pid, signal.SIGSTOP)
+            stopped = time.monotonic()
+            await asyncio.gather(*(self._take_over(cid, tokens[cid], stopped) for cid in names))
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.stdin.write(b"WRITE\n")
+            await proc.stdin.drain()
+            self.outcomes.update(await _read_outcomes(proc.stdout))
+            await self._look_for_writes(names)
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)
+                    proc.kill()
+            await proc.wait()
+        for cid in names:
+            await self.redis.delete(*(k for k in _cluster_keys(self.settings, cid)))
+
+    async def _take_over(self, cid: str, holder_token: int, stopped: float) -> None:
+        # Waits for the stopped holder's lock to lapse: bounded by its hold timeout.
+        lease = await self.locks.acquire(cid, timeout_s=self.settings.lock_hold_timeout_s + 5.0)
+        try:
+            self.takeovers.append(time.monotonic() - stopped)
+            if lease.token <= holder_token:
+                raise RuntimeError(f"token {lease.token} after the holder's {holder_token}")
+            entry = PendingEntry(
+                vm_id=f"taker-{cid}",
+                host_id=f"{cid}-h1",
+                mem_mb=1024,
+                vcpus=1,
+                request_id=uuid.uuid4(),
+                fencing_token=lease.token,
+                expires_at=time.time() + 300,
+            )
+            await self.pending.record(cid, [entry], lease.token)
+        finally:
+            await self.locks.release(lease)
+
+    async def _look_for_writes(self, names: list[str]) -> None:
+        for cid in names:
+            if await self.pending.get(cid, stale_vm(cid)) is not None:
+                self.landed += 1
+            if await self.pending.get(cid, f"taker-{cid}") is None:
+                self.notes.append(f"the taker's own write to {cid} is missing")
+
+
+async def _start_holder(settings: Settings, names: list[str], stderr: Path) -> asyncio.subprocess.Process:
+    with stderr.open("wb") as err:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "vmsched_services.tools.chaos.holder",
+            *names,
+            env={**settings_env(settings), "PYTHONUNBUFFERED": "1"},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+        )
+
+
+async def _read_tokens(stdout: asyncio.StreamReader, clusters: int, stderr: Path) -> dict[str, int]:
+    """The holder's fencing token per cluster, from its `LOCKED <cluster> <token>` lines."""
+    tokens: dict[str, int] = {}
+    async with asyncio.timeout(30):
+        while len(tokens) < clusters:
+            line = (await stdout.readline()).decode().split()
+            if not line:
+                raise RuntimeError(f"holder exited before locking; see {stderr}")
+            if line[0] == "LOCKED":
+                tokens[line[1]] = int(line[2])
+    return tokens
+
+
+async def _read_outcomes(stdout: asyncio.StreamReader) -> Counter[str]:
+    """What the holder reported of its stale writes, up to its `DONE`."""
+    outcomes: Counter[str] = Counter()
+    async with asyncio.timeout(30):
+        while True:
+            line = (await stdout.readline()).decode().split()
+            if not line or line[0] == "DONE":
+                break
+            if line[0] in ("REFUSED", "WRITTEN", "ABORTED"):
+                outcomes[line[0]] += 1
+    return outcomes
 
 
 def _cluster_keys(settings: Settings, cid: str) -> list[str]:
@@ -444,110 +473,124 @@ async def broker_drop(
     """During a stream of schedule requests, the services' broker connections are closed, their
     Redis connections killed and (`restart_broker`) the broker app restarted: nothing is lost or
     placed twice, and scheduling works again within 5 s of each fault's end."""
-
     res = Result("broker_drop", {"requests": requests, "concurrency": concurrency, "restart_broker": restart_broker})
-    started = time.monotonic()
-    settings = scoped_settings(base, "broker-drop", **_defaults(*DEFAULT_TIMEOUTS))
-    rng = random.Random(seed)
-    tag = _tag("bd")
-    recoveries: dict[str, float] = {}
-    injected: dict[str, int] = {}
-    async with running(settings, log_dir) as stack:
-        await stack.start("state-tracker", "filter-worker", "weigher", "selector", "selector")
-        async with SchedulerClient(settings) as client:
-            all_hosts = await make_clusters(client, tag, clusters, 4, 262_144)
-            outcomes = [
-                Outcome(f"{tag}-c{i % clusters}", random_vm(rng, f"{tag}-vm{i}"), uuid.uuid4()) for i in range(requests)
-            ]
-            probes: list[Outcome] = []
-
-            async def recovered_after(fault_end: float) -> float:
-                """Seconds from `fault_end` until a fresh request is placed (probes retried every 0.2 s)."""
-                while time.monotonic() - fault_end < 60:
-                    o = Outcome(
-                        all_hosts[0].cluster_id,
-                        VmSpec(vm_id=f"{tag}-probe{len(probes)}", mem_mb=64, vcpus=1),
-                        uuid.uuid4(),
-                    )
-                    probes.append(o)
-                    await schedule_with_retries(client, o, call_timeout=1.0, give_up_after=1.0)
-                    if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
-                        return time.monotonic() - fault_end
-                    await asyncio.sleep(0.2)
-                return float("inf")
-
-            async def faults() -> None:
-                def progress() -> int:
-                    return sum(o.decision is not None for o in outcomes)
-
-                # Each connection drop twice: a reconnect race need not show the first time.
-                steps: list[tuple[float, str]] = [
-                    (0.1, "amqp_close"),
-                    (0.25, "redis_kill"),
-                    (0.4, "amqp_close"),
-                    (0.55, "redis_kill"),
-                ]
-                if restart_broker:
-                    steps.append((0.7, "broker_restart"))
-                for at, fault in steps:
-                    while progress() < at * requests:  # noqa: ASYNC110 (progress is a count, not an event)
-                        await asyncio.sleep(0.05)
-                    services = [p for p in stack.procs if p.alive]
-                    if fault == "amqp_close":
-                        n = await close_broker_connections(settings, services)
-                    elif fault == "redis_kill":
-                        n = await kill_redis_clients(settings, services)
-                    else:
-                        await restart_broker_app()
-                        n = 1
-                    injected[fault] = injected.get(fault, 0) + n
-                    took = await recovered_after(time.monotonic())
-                    recoveries[fault] = max(recoveries.get(fault, 0.0), took)
-
-            injector = asyncio.create_task(faults())
+    with timed(res):
+        settings = experiment_settings(base, "broker-drop")
+        rng = random.Random(seed)
+        services = ("state-tracker", "filter-worker", "weigher", "selector", "selector")
+        tag = run_tag("bd")
+        async with staged(settings, log_dir, services, tag=tag, clusters=clusters, hosts=4, mem_mb=262_144) as stage:
+            outcomes = stage.requests(rng, requests)
+            # Each connection drop twice: a reconnect race need not show the first time.
+            steps = [(0.1, "amqp_close"), (0.25, "redis_kill"), (0.4, "amqp_close"), (0.55, "redis_kill")]
+            if restart_broker:
+                steps.append((0.7, "broker_restart"))
+            faults = _BrokerFaults(settings, stage, outcomes)
+            injector = asyncio.create_task(faults.inject(steps))
             try:
-                await _drive(client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s)
+                await _drive(
+                    stage.client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s
+                )
                 await injector
             finally:
                 injector.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await injector
-            crashed = [f"{p.name}#{p.index}" for p in stack.procs if not p.alive]
-            # What the services logged about the drops (informational: a reconnect race shows here).
-            logged = Counter[str]()
-            for p in stack.procs:
-                for path in (p.stdout, p.stderr):
-                    with contextlib.suppress(OSError):
-                        text = path.read_text(errors="replace")
-                        for marker in ("PRECONDITION_FAILED", "Traceback"):
-                            logged[marker] += text.count(marker)
-        _latency_figures(res, outcomes)
-        faults_ = placement_faults(outcomes + probes, all_hosts)
-        res.figures["duplicate_placements"] = faults_["duplicate_placements"]
-        res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes + probes)
-        for fault, n in injected.items():
-            res.figures[f"{fault}_count"] = n
-        for fault, s in recoveries.items():
-            res.figures[f"{fault}_recovery_s"] = round(s, 3) if s != float("inf") else 999.0
-        res.figures["recovery_max_s"] = max((float(res.figures[f"{f}_recovery_s"]) for f in recoveries), default=999.0)
-        res.figures["services_exited"] = len(crashed)
-        res.figures["logged_precondition_failed"] = logged["PRECONDITION_FAILED"]
-        refused = await refused_requests(settings)
-        res.figures["valid_requests_dead_lettered"] = sum(refused.values())
-        if refused:
-            res.notes.append(
-                "valid requests dead-lettered: " + "; ".join(f"{r} x{n}" for r, n in refused.most_common(3))
-            )
-        res.figures["logged_tracebacks"] = logged["Traceback"]
-        if crashed:
-            res.notes.append("exited: " + ", ".join(crashed))
-    res.check("lost", "==", 0)
-    res.check("duplicate_placements", "==", 0)
-    res.check("pending_mismatches", "==", 0)
-    res.check("recovery_max_s", "<=", 5.0)
-    res.check("services_exited", "==", 0)
-    res.check("valid_requests_dead_lettered", "==", 0)
-    res.check("amqp_close_count", ">=", 1)
-    res.check("redis_kill_count", ">=", 1)
-    res.elapsed_s = time.monotonic() - started
+            await _broker_drop_figures(res, settings, stage, outcomes, faults)
+        res.check("lost", "==", 0)
+        res.check("duplicate_placements", "==", 0)
+        res.check("pending_mismatches", "==", 0)
+        res.check("recovery_max_s", "<=", 5.0)
+        res.check("services_exited", "==", 0)
+        res.check("valid_requests_dead_lettered", "==", 0)
+        res.check("amqp_close_count", ">=", 1)
+        res.check("redis_kill_count", ">=", 1)
     return res
+
+
+@dataclass
+class _BrokerFaults:
+    """broker_drop's faults, each injected once the request stream has got a stated fraction of its
+    answers, then probed until a fresh request is placed again: how many connections (or broker
+    restarts) each kind of fault hit, and its slowest recovery."""
+
+    settings: Settings
+    stage: Stage
+    outcomes: list[Outcome]
+    probes: list[Outcome] = field(default_factory=list)
+    injected: dict[str, int] = field(default_factory=dict)
+    recoveries: dict[str, float] = field(default_factory=dict)
+
+    async def inject(self, steps: list[tuple[float, str]]) -> None:
+        """Each (fraction of the stream answered, fault) in turn."""
+        for at, fault in steps:
+            while self._progress() < at * len(self.outcomes):  # noqa: ASYNC110 (progress is a count, not an event)
+                await asyncio.sleep(0.05)
+            n = await self._one(fault)
+            self.injected[fault] = self.injected.get(fault, 0) + n
+            took = await self._recovered_after(time.monotonic())
+            self.recoveries[fault] = max(self.recoveries.get(fault, 0.0), took)
+
+    def _progress(self) -> int:
+        return sum(o.decision is not None for o in self.outcomes)
+
+    async def _one(self, fault: str) -> int:
+        services = [p for p in self.stage.stack.procs if p.alive]
+        if fault == "amqp_close":
+            return await close_broker_connections(self.settings, services)
+        if fault == "redis_kill":
+            return await kill_redis_clients(self.settings, services)
+        await restart_broker_app()
+        return 1
+
+    async def _recovered_after(self, fault_end: float) -> float:
+        """Seconds from `fault_end` until a fresh request is placed (probes retried every 0.2 s)."""
+        while time.monotonic() - fault_end < 60:
+            o = Outcome(
+                self.stage.hosts[0].cluster_id,
+                VmSpec(vm_id=f"{self.stage.tag}-probe{len(self.probes)}", mem_mb=64, vcpus=1),
+                uuid.uuid4(),
+            )
+            self.probes.append(o)
+            await schedule_with_retries(self.stage.client, o, call_timeout=1.0, give_up_after=1.0)
+            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+                return time.monotonic() - fault_end
+            await asyncio.sleep(0.2)
+        return float("inf")
+
+
+def _logged(stack: ServiceStack, markers: tuple[str, ...]) -> Counter[str]:
+    """How often each marker appears in the services' output."""
+    logged = Counter[str]()
+    for p in stack.procs:
+        for path in (p.stdout, p.stderr):
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace")
+                for marker in markers:
+                    logged[marker] += text.count(marker)
+    return logged
+
+
+async def _broker_drop_figures(
+    res: Result, settings: Settings, stage: Stage, outcomes: list[Outcome], faults: _BrokerFaults
+) -> None:
+    crashed = [f"{p.name}#{p.index}" for p in stage.stack.procs if not p.alive]
+    # What the services logged about the drops (informational: a reconnect race shows here).
+    logged = _logged(stage.stack, ("PRECONDITION_FAILED", "Traceback"))
+    _latency_figures(res, outcomes)
+    placed = placement_faults(outcomes + faults.probes, stage.hosts)
+    res.figures["duplicate_placements"] = placed["duplicate_placements"]
+    res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes + faults.probes)
+    for fault, n in faults.injected.items():
+        res.figures[f"{fault}_count"] = n
+    for fault, s in faults.recoveries.items():
+        res.figures[f"{fault}_recovery_s"] = round(s, 3) if s != float("inf") else 999.0
+    res.figures["recovery_max_s"] = max(
+        (float(res.figures[f"{f}_recovery_s"]) for f in faults.recoveries), default=999.0
+    )
+    res.figures["services_exited"] = len(crashed)
+    res.figures["logged_precondition_failed"] = logged["PRECONDITION_FAILED"]
+    await count_refused(res, settings, "valid_requests_dead_lettered", "valid requests dead-lettered", 3)
+    res.figures["logged_tracebacks"] = logged["Traceback"]
+    if crashed:
+        res.notes.append("exited: " + ", ".join(crashed))
