@@ -453,7 +453,6 @@ async def _read_outcomes(stdout: asyncio.StreamReader) -> Counter[str]:
 
 
 def _cluster_keys(settings: Settings, cid: str) -> list[str]:
-
     k = Keys.from_settings(settings)
     return [k.lock(cid), k.fence(cid), k.pending(cid), k.pending_version(cid)]
 

@@ -402,7 +402,6 @@ def _hostile_figures(res: Result, traffic: _Traffic, before: _Footprint, after: 
 
 
 def _probe_vm(vm_id: str) -> Any:
-
     return VmSpec(vm_id=vm_id, mem_mb=64, vcpus=1, networks=["vmnet"])
 
 

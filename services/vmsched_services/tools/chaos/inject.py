@@ -106,6 +106,7 @@ async def kill_redis_clients(settings: Settings, procs: Iterable[ServiceProcess]
     redis = connect(settings)
     killed = 0
     try:
+        # redis-py leaves execute_command untyped.
         raw = await redis.execute_command("CLIENT", "LIST")  # type: ignore[no-untyped-call]
         text = raw.decode() if isinstance(raw, bytes) else str(raw)
         for line in text.splitlines():
