@@ -71,6 +71,7 @@ from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.procs import Supervisor
+from vmsched_services.tools.stats import percentile
 
 
 def _hosts(rng: random.Random, cluster: str, n: int) -> list[HostReport]:
@@ -126,15 +127,11 @@ def _vm(rng: random.Random, i: int) -> VmSpec:
 
 
 def _stats(latencies_s: list[float], wall_s: float) -> dict[str, float]:
-    ms = sorted(x * 1000 for x in latencies_s)
-
-    def pct(p: float) -> float:
-        return round(ms[min(len(ms) - 1, round(p / 100 * (len(ms) - 1)))], 3) if ms else 0.0
-
+    ms = [x * 1000 for x in latencies_s]
     return {
         "decisions": len(ms),
-        "p50_ms": pct(50),
-        "p99_ms": pct(99),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
         "mean_ms": round(statistics.fmean(ms), 3) if ms else 0.0,
         "decisions_per_s": round(len(ms) / wall_s, 1) if wall_s else 0.0,
     }

@@ -44,6 +44,7 @@ from vmsched.store import Keys
 from vmsched.store.redis import connect
 from vmsched_services import SERVICES
 from vmsched_services.runner import run
+from vmsched_services.tools.stats import percentile
 
 M = TypeVar("M", bound=Message)
 
@@ -126,14 +127,6 @@ def _progress(done: int, total: int, placed: int, unplaceable: int, started: flo
         f"unplaceable {unplaceable}  {rate:6.1f} decisions/s" + ("" if tty else "\n")
     )
     sys.stderr.flush()
-
-
-def _percentile(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
 
 
 @dataclass
@@ -248,8 +241,8 @@ class Run:
             "errors": dict(tally.errors),
             "expired": tally.statuses["expired"],
             "decisions_per_second": round(len(tally.latencies_ms) / wall, 1) if wall else 0.0,
-            "latency_ms_p50": round(_percentile(tally.latencies_ms, 50), 2),
-            "latency_ms_p99": round(_percentile(tally.latencies_ms, 99), 2),
+            "latency_ms_p50": round(percentile(tally.latencies_ms, 50), 2),
+            "latency_ms_p99": round(percentile(tally.latencies_ms, 99), 2),
             "hosts_used": len(used),
             "over_committed_hosts": len(over),
             "over_committed_hosts_per_state_tracker": len(tracker_over),

@@ -372,14 +372,6 @@ async def pending_duplicates(settings: Settings, outcomes: list[Outcome]) -> int
         await redis.aclose()
 
 
-def percentile(values: list[float], p: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    k = min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))
-    return ordered[k]
-
-
 async def every(
     interval: tuple[float, float], rng: random.Random, stop: asyncio.Event, fn: Callable[[], Awaitable[None]]
 ) -> int:

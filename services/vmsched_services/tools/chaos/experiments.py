@@ -38,7 +38,6 @@ from vmsched_services.tools.chaos.base import (
     count_refused,
     experiment_settings,
     pending_duplicates,
-    percentile,
     periodically,
     placement_faults,
     run_tag,
@@ -49,6 +48,7 @@ from vmsched_services.tools.chaos.base import (
 from vmsched_services.tools.chaos.holder import stale_vm
 from vmsched_services.tools.chaos.inject import close_broker_connections, kill_redis_clients, restart_broker_app
 from vmsched_services.tools.procs import ServiceProcess, ServiceStack, settings_env
+from vmsched_services.tools.stats import percentile
 
 
 async def _drive(

@@ -30,7 +30,6 @@ from vmsched_services.tools.chaos.base import (
     Result,
     Stage,
     experiment_settings,
-    percentile,
     run_tag,
     schedule_with_retries,
     staged,
@@ -38,6 +37,7 @@ from vmsched_services.tools.chaos.base import (
 )
 from vmsched_services.tools.chaos.inject import queue_depths
 from vmsched_services.tools.procs import READY_ROUTE, rss_mb
+from vmsched_services.tools.stats import percentile
 
 #: The length of the poison property value: longer than an ErrorReply's message may be.
 POISON_LEN = 9_000
