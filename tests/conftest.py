@@ -118,8 +118,9 @@ def unique() -> str:
 async def client(stack: Settings | ServiceStack) -> AsyncIterator[SchedulerClient]:
     """A SchedulerClient (the engine's side) on the services of the test's `stack`.
 
-    Integration modules define `stack` as the Settings of services running in this process; the
-    e2e `stack` is a ServiceStack of processes, whose settings the client shares.
+    The e2e `stack` is a ServiceStack of processes, whose settings the client shares; a `stack` of
+    Settings is services running in this process. Integration tests use their own `client`
+    (tests/integration/conftest.py), which puts the client on the module's bus.
     """
 
     cfg = stack if isinstance(stack, Settings) else stack.settings

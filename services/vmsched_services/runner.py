@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from vmsched.bus import Bus
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import serve as serve_metrics
 from vmsched.runtime import Runtime
@@ -15,6 +16,9 @@ from vmsched_services import SERVICES
 
 log = get_logger("vmsched.runner")
 
+#: Makes the bus the services run on from (settings, service label); the default is RabbitMQ.
+BusFactory = Callable[[Settings, str], Bus]
+
 
 async def run(
     names: Sequence[str],
@@ -22,7 +26,12 @@ async def run(
     *,
     stop: asyncio.Event | None = None,
     ready: asyncio.Event | None = None,
+    bus: BusFactory | None = None,
 ) -> None:
+    """Start `names` on one Runtime, set `ready`, and run until `stop` is set (or SIGINT/SIGTERM).
+
+    `bus` lets a test run the services on another bus (a MemoryBus on a shared MemoryBroker).
+    """
     unknown = [n for n in names if n not in SERVICES]
     if unknown:
         raise SystemExit(f"unknown service(s) {unknown}; known: {', '.join(SERVICES)}")
@@ -34,7 +43,7 @@ async def run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    rt = await Runtime.open(settings, service=label)
+    rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
     try:
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first
             await SERVICES[name](rt)

@@ -1,8 +1,14 @@
 """Helpers for integration tests that run services in this process.
 
 A test module defines its own `stack` fixture (which services, which settings), usually as
-`async with services(cfg, "state-tracker", ...): yield cfg`; the `client` fixture (tests/conftest.py)
-then talks to it.
+`async with services(cfg, "state-tracker", ..., bus=buses): yield cfg`; the `client` fixture then
+talks to it on the same bus.
+
+Which bus, FastStream-style: a module whose `pytestmark` includes `ON_BOTH_BUSES` runs every test
+twice, `test_x[amqp]` on the real RabbitMQ and `test_x[memory]` on one MemoryBroker shared by the
+module's services and clients (Redis and PostgreSQL stay real in both). Other modules run on
+RabbitMQ only. The memory bus is a drift detector as much as a fast bus: a test that passes on one
+and fails on the other has found a difference between AmqpBus and MemoryBus.
 """
 
 from __future__ import annotations
@@ -10,7 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
+import pytest
+
+from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
+from vmsched.client import SchedulerClient
+from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched_services.runner import run
 
@@ -18,12 +30,77 @@ from vmsched_services.runner import run
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 
+BUS_KINDS = ("amqp", "memory")
+
+#: For a module's `pytestmark`: every test of the module runs on each bus kind, one module-scoped stack per kind.
+ON_BOTH_BUSES = pytest.mark.parametrize("bus_kind", BUS_KINDS, indirect=True, scope="module")
+
+
+@dataclass(frozen=True)
+class Buses:
+    """The bus every service, runtime and client of a module is given: RabbitMQ, or one shared MemoryBroker."""
+
+    kind: str
+    broker: MemoryBroker | None = None
+
+    def __call__(self, settings: Settings, service: str) -> Bus:
+        if self.broker is None:
+            return connect(settings, service)
+        return MemoryBus(settings, self.broker, service=service)
+
+    async def runtime(self, settings: Settings, service: str) -> Runtime:
+        """A Runtime of its own (a second selector, a balancer the test drives) on this bus."""
+        return await Runtime.open(settings, service=service, bus=self(settings, service))
+
+    @contextlib.asynccontextmanager
+    async def client(self, settings: Settings) -> AsyncIterator[SchedulerClient]:
+        """A SchedulerClient on this bus, its bus closed (and its subscriptions gone) at the end."""
+        async with self(settings, "client") as bus:
+            yield SchedulerClient(settings, bus=bus)
+
+
+@pytest.fixture(scope="module")
+def bus_kind(request: pytest.FixtureRequest) -> str:
+    """ "amqp", unless the module runs on both buses (ON_BOTH_BUSES)."""
+    kind: str = getattr(request, "param", "amqp")
+    return kind
+
+
+@pytest.fixture(scope="module")
+def buses(bus_kind: str) -> Buses:
+    return Buses(bus_kind, MemoryBroker() if bus_kind == "memory" else None)
+
+
+@pytest.fixture(scope="module")
+def bus_settings(settings: Settings, bus_kind: str) -> Settings:
+    """The run's settings with names of this bus kind's own.
+
+    On RabbitMQ they are the run's prefixes (removed at the end of the run, tests/conftest.py). The
+    memory stack gets names under them, so its Redis keys (state versions, fencing tokens, leases)
+    never meet the RabbitMQ stack's and are still removed with the run's.
+    """
+    if bus_kind == "amqp":
+        return settings
+    return settings.model_copy(
+        update={
+            "amqp_prefix": f"{settings.amqp_prefix}{bus_kind}.",
+            "redis_prefix": f"{settings.redis_prefix}:{bus_kind}",
+        }
+    )
+
+
+@pytest.fixture
+async def client(stack: Settings, buses: Buses) -> AsyncIterator[SchedulerClient]:
+    """A SchedulerClient (the engine's side) on the services of the module's `stack`, on the same bus."""
+    async with buses.client(stack) as cl:
+        yield cl
+
 
 @contextlib.asynccontextmanager
-async def services(cfg: Settings, *names: str) -> AsyncIterator[Settings]:
-    """The named services running in this process on `cfg` until the block ends."""
+async def services(cfg: Settings, *names: str, bus: Buses | None = None) -> AsyncIterator[Settings]:
+    """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None) until the block ends."""
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready))
+    task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready, bus=bus))
     await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
     try:
         yield cfg

@@ -1,4 +1,4 @@
-"""The balancer on the real RabbitMQ, Redis and PostgreSQL: VM-count imbalance, migrations, leases."""
+"""The balancer (VM-count imbalance, migrations, leases) on real Redis and PostgreSQL, on RabbitMQ and in memory."""
 
 from __future__ import annotations
 
@@ -8,29 +8,28 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests.factories import host_report, vm_report
-from tests.integration.conftest import services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, MigrationDecision
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
-from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import Keys
 from vmsched.store.redis import connect
 from vmsched_services.balancer.service import Balancer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
 #: vm_evenly_distributed: HighVmCount 10, MigrationThreshold 5, SpmVmGrace 5 (no SPM host here).
 POLICY = "vm_evenly_distributed"
 
 
 @pytest.fixture(scope="module")
-async def balancing(settings: Settings, database: str) -> AsyncIterator[Settings]:
+async def balancing(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
     """The scheduling services plus one balancer, with short cycles and leases."""
     await migrate(database)
-    cfg = settings.model_copy(
+    cfg = bus_settings.model_copy(
         update={
             "postgres_url": database,
             "balance_interval_s": 1.0,
@@ -38,7 +37,7 @@ async def balancing(settings: Settings, database: str) -> AsyncIterator[Settings
             "migration_cooldown_s": 30.0,
         }
     )
-    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "balancer"):
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "balancer", bus=buses):
         yield cfg
 
 
@@ -67,9 +66,11 @@ async def next_migration(queue: asyncio.Queue[MigrationDecision], timeout: float
     return await asyncio.wait_for(queue.get(), timeout)
 
 
-async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(balancing: Settings, unique: str) -> None:
+async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(
+    balancing: Settings, buses: Buses, unique: str
+) -> None:
     cluster = f"bal-{unique}"
-    async with SchedulerClient(balancing) as client:
+    async with buses.client(balancing) as client:
         got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
         await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
         await crowded_cluster(client, balancing, cluster, {"a": 13, "b": 2, "c": 2})
@@ -97,10 +98,12 @@ async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(bal
         assert counts["a"] == 10
 
 
-async def test_a_dead_lease_holder_hands_the_cluster_over_within_an_interval(balancing: Settings, unique: str) -> None:
+async def test_a_dead_lease_holder_hands_the_cluster_over_within_an_interval(
+    balancing: Settings, buses: Buses, unique: str
+) -> None:
     cluster = f"lease-{unique}"
     # Another balancer owns the cluster (it renews its lease but balances nothing), then dies.
-    doomed_rt = await Runtime.open(balancing, service="doomed-balancer")
+    doomed_rt = await buses.runtime(balancing, "doomed-balancer")
     doomed = Balancer(doomed_rt)
     assert await doomed.leases.claim(cluster)
 
@@ -111,7 +114,7 @@ async def test_a_dead_lease_holder_hands_the_cluster_over_within_an_interval(bal
 
     renewing = asyncio.create_task(renew())
     try:
-        async with SchedulerClient(balancing) as client:
+        async with buses.client(balancing) as client:
             got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
             await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
             await crowded_cluster(client, balancing, cluster, {"x": 12, "y": 1})
@@ -129,14 +132,16 @@ async def test_a_dead_lease_holder_hands_the_cluster_over_within_an_interval(bal
         await doomed_rt.close()
 
 
-async def test_a_host_where_the_vm_failed_before_is_not_a_target(balancing: Settings, unique: str) -> None:
+async def test_a_host_where_the_vm_failed_before_is_not_a_target(
+    balancing: Settings, buses: Buses, unique: str
+) -> None:
     """The state tracker remembered that this VM failed on b: the balancer sends it to c instead."""
 
     cluster = f"avoid-{unique}"
     redis = connect(balancing)
     try:
         await redis.sadd(Keys.from_settings(balancing).tried(cluster, "a-vm0"), "b")
-        async with SchedulerClient(balancing) as client:
+        async with buses.client(balancing) as client:
             got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
             await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
             await crowded_cluster(client, balancing, cluster, {"a": 13, "b": 0, "c": 2})

@@ -81,12 +81,19 @@ class BusFactory(ABC):
         self.settings = settings
         self.buses: list[Bus] = []
         self.routes: list[str] = []
+        self.queues: list[str] = []
 
     def route(self) -> str:
         """A route no other test serves."""
         route = f"t-{uuid.uuid4().hex[:10]}"
         self.routes.append(route)
         return route
+
+    def event_queue(self) -> str:
+        """A named event queue no other test uses."""
+        queue = f"t-events-{uuid.uuid4().hex[:10]}"
+        self.queues.append(queue)
+        return queue
 
     async def __call__(self, service: str = "test", settings: Settings | None = None) -> Bus:
         bus = self._make(settings or self.settings, service)
@@ -206,6 +213,8 @@ class AmqpFactory(BusFactory):
         async with ops.connection.channel() as ch:
             for route in self.routes:
                 await ch.queue_delete(ops.rpc_queue(route))
+            for queue in self.queues:
+                await ch.queue_delete(ops.name(queue))
         await ops.close()
 
 
@@ -444,6 +453,18 @@ class TestBus:
             await client.call(route, StateRequest(cluster_id="c2"), ClusterState, timeout=0.5)
         assert time.monotonic() - started < 0.5 + SLACK_S
 
+    async def test_route_whose_server_bus_closed_raises_no_consumer(self, bus_factory: BusFactory) -> None:
+        """Closing a bus takes its consumers with it, as closing the connection does on RabbitMQ."""
+        route = bus_factory.route()
+        server, client = await bus_factory("state-tracker"), await bus_factory()
+        await server.serve(route, StateRequest, echo_state)
+        assert (await client.call(route, StateRequest(cluster_id="c1"), ClusterState)).cluster_id == "c1"
+        await server.close()
+        started = time.monotonic()
+        with pytest.raises(NoConsumer):
+            await client.call(route, StateRequest(cluster_id="c2"), ClusterState, timeout=0.5)
+        assert time.monotonic() - started < 0.5 + SLACK_S
+
     async def test_event_bindings_route_only_matching_events(self, bus_factory: BusFactory, unique: str) -> None:
         engine, listener = await bus_factory(), await bus_factory("listener")
         got: list[Message] = []
@@ -533,6 +554,73 @@ class TestBus:
         assert got == [good]
         _, reason, _ = await bus_factory.wait_dead_letter(encode(bad))
         assert reason == f"ValueError: cannot apply the decision for bad in {unique}"
+
+    async def test_a_server_has_at_most_prefetch_requests_in_hand(
+        self, bus_factory: BusFactory, settings: Settings
+    ) -> None:
+        """The rest wait in the queue: a burst of calls does not become a burst of handlers."""
+        small = settings.model_copy(update={"prefetch": 3})
+        route = bus_factory.route()
+        server, client = await bus_factory("state-tracker", settings=small), await bus_factory()
+        in_hand: list[str] = []
+        most = 0
+
+        async def handle(request: StateRequest) -> ClusterState:
+            nonlocal most
+            in_hand.append(request.cluster_id)
+            most = max(most, len(in_hand))
+            await asyncio.sleep(0.02)
+            in_hand.remove(request.cluster_id)
+            return cluster_state(request.cluster_id)
+
+        await server.serve(route, StateRequest, handle)
+        ids = [f"c{i}" for i in range(20)]
+        replies = await asyncio.gather(*(client.call(route, StateRequest(cluster_id=i), ClusterState) for i in ids))
+        assert [r.cluster_id for r in replies] == ids
+        assert most == small.prefetch
+
+    async def test_publish_returns_once_the_event_is_queued_not_once_it_is_handled(
+        self, bus_factory: BusFactory, unique: str
+    ) -> None:
+        engine, listener = await bus_factory(), await bus_factory("listener")
+        release = asyncio.Event()
+        got: list[ScheduleDecision] = []
+
+        async def on_decision(event: ScheduleDecision) -> None:
+            await release.wait()
+            got.append(event)
+
+        await listener.subscribe([c.decision_key(unique)], [ScheduleDecision], on_decision)
+        sent = decision(unique)
+        await asyncio.wait_for(engine.publish(c.decision_key(unique), sent), SLACK_S)
+        assert got == []
+        release.set()
+        await wait_until(lambda: len(got) >= 1)
+        assert got == [sent]
+
+    async def test_a_named_event_queue_gives_each_event_to_one_of_its_subscribers(
+        self, bus_factory: BusFactory, unique: str
+    ) -> None:
+        """Competing consumers (two state trackers on one queue), not a copy each."""
+        queue = bus_factory.event_queue()
+        engine = await bus_factory()
+        got: list[tuple[str, str]] = []
+        for n in (1, 2):
+            tracker = await bus_factory(f"state-tracker-{n}")
+
+            async def on_report(event: VmReport, n: int = n) -> None:
+                got.append((f"t{n}", event.vm_id))
+
+            await tracker.subscribe([c.vm_report_key(unique)], [VmReport], on_report, queue=queue)
+        vms = [f"vm{i}" for i in range(20)]
+        for vm in vms:
+            await engine.publish(
+                c.vm_report_key(unique),
+                VmReport(cluster_id=unique, vm_id=vm, status=VmStatus.RUNNING, host_id="h1", mem_mb=1, vcpus=1),
+            )
+        await wait_until(lambda: len(got) >= len(vms))
+        await asyncio.sleep(0.2)  # a second copy, if any, would arrive by now
+        assert sorted(vm for _, vm in got) == sorted(vms)
 
 
 # ---------------------------------------------------------------------------------------- RabbitMQ only

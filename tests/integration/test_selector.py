@@ -1,4 +1,4 @@
-"""The selector path on the real RabbitMQ, Redis and PostgreSQL, services running in this process."""
+"""The selector path on real Redis and PostgreSQL, services running in this process, on RabbitMQ and in memory."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from functools import partial
 import pytest
 
 from tests import factories
-from tests.integration.conftest import services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     AffinityGroup,
@@ -27,7 +27,6 @@ from vmsched.contracts import (
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.errors import RemoteError
-from vmsched.runtime import Runtime
 from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.settings import Settings
 from vmsched.store import DecisionStore, Keys, PendingStore
@@ -35,18 +34,18 @@ from vmsched.store.decisions import request_fingerprint
 from vmsched.store.redis import connect
 from vmsched_services.selector.service import start as start_selector
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
 HOST_MEM = 4096  # with reserved 0 and overcommit 100%, three 1024+64 MB VMs fit per host
 
 
 @pytest.fixture(scope="module")
-async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
+async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
     """All four services in this process, plus a second selector competing for requests."""
     await migrate(database)
-    cfg = settings.model_copy(update={"postgres_url": database})
-    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector"):
-        second = await Runtime.open(cfg, service="selector-2")
+    cfg = bus_settings.model_copy(update={"postgres_url": database})
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", bus=buses):
+        second = await buses.runtime(cfg, "selector-2")
         await start_selector(second)
         yield cfg
         await second.close()

@@ -4,12 +4,22 @@ Buses that share one MemoryBroker talk to each other, so several services can ru
 process exactly as they would over RabbitMQ (minus the network). Messages still go through JSON,
 so a model that does not survive the wire fails here too, and every delivery goes through the same
 vmsched.bus.dispatch.Dispatcher as on RabbitMQ (deadline, error replies, dead letters, retries).
+
+The broker is modelled on RabbitMQ's, because the integration tests run the services on both and
+a difference between the two is a bug here:
+
+* Messages wait in queues. A route's requests share one queue; a named event queue is shared by
+  its subscribers (competing consumers) and outlives them; an unnamed one is a subscription's own
+  and goes with it. Publishing returns once the message is queued, not once it was handled.
+* Each consumer has at most `settings.prefetch` messages in hand, each handled in a task of its
+  own (as aio-pika does); the rest wait in the queue.
+* A consumer that goes away (cancelled, or its bus closed) stops its handlers, and what they had
+  not settled goes back to the queue, as RabbitMQ requeues what a closed channel had not acked.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,7 +31,7 @@ from vmsched.bus.base import Bus, DeadLetter, Subscription
 from vmsched.bus.codec import decode, encode, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, Delivery, Dispatcher, Transport
 from vmsched.contracts import ErrorReply, Message
-from vmsched.errors import NoConsumer, RemoteError, RpcTimeout
+from vmsched.errors import BusUnavailable, NoConsumer, RemoteError, RpcTimeout
 from vmsched.settings import Settings
 
 Req = TypeVar("Req", bound=Message)
@@ -42,47 +52,61 @@ def topic_matches(pattern: str, key: str) -> bool:
     return match(0, 0)
 
 
-#: Where a served route takes one delivery; `reply` receives (body, is an ErrorReply).
-ServeFn = Callable[[Delivery, Callable[[bytes, bool], None]], Awaitable[None]]
+#: Where an RPC reply goes: (body, is an ErrorReply). The caller's direct reply-to, in memory.
+ReplyFn = Callable[[bytes, bool], None]
+#: What a consumer does with one delivery (the dispatcher, with the delivery's transport).
+HandleFn = Callable[[Delivery, Transport], Awaitable[object]]
 
 
-@dataclass
-class _Route:
-    handlers: list[ServeFn] = field(default_factory=list)
-    turn: itertools.count[int] = field(default_factory=itertools.count)
+@dataclass(frozen=True)
+class _Message:
+    delivery: Delivery
+    on_reply: ReplyFn | None = None
 
 
-@dataclass
-class _Sub:
-    bindings: Sequence[str]
-    deliver: Callable[[str, bytes, str], Awaitable[None]]
+@dataclass(eq=False)
+class _Queue:
+    name: str
+    #: Topic bindings of an event queue (a route's queue is bound by its name alone).
+    bindings: set[str] = field(default_factory=set)
+    #: The subscription's own queue (deleted with it) rather than a shared, lasting one.
+    exclusive: bool = False
+    messages: asyncio.Queue[_Message] = field(default_factory=asyncio.Queue)
+    consumers: list[_Consumer] = field(default_factory=list)
+    deleted: bool = False
 
 
 @dataclass
 class MemoryBroker:
-    routes: dict[str, _Route] = field(default_factory=dict)
-    subs: list[_Sub] = field(default_factory=list)
+    """The queues the MemoryBuses on it share, and what they dead-lettered (for tests to read)."""
+
+    #: A route's request queue, by route.
+    routes: dict[str, _Queue] = field(default_factory=dict)
+    #: Event queues, by name.
+    queues: dict[str, _Queue] = field(default_factory=dict)
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    #: Background deliveries (requests, retries), so a closing bus can cancel what it started.
-    tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
-    def spawn(self, coro: Awaitable[None]) -> asyncio.Task[None]:
-        async def run() -> None:
-            await coro
+    def route(self, route: str) -> _Queue:
+        return self.routes.setdefault(route, _Queue(route))
 
-        task = asyncio.create_task(run())
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return task
+    def route_event(self, routing_key: str, message: Callable[[str], _Message]) -> None:
+        """Put a copy on every event queue with a binding that matches (one copy per queue)."""
+        for q in list(self.queues.values()):
+            if any(topic_matches(b, routing_key) for b in q.bindings):
+                q.messages.put_nowait(message(q.name))
+
+    def delete(self, queue: _Queue) -> None:
+        queue.deleted = True
+        if self.queues.get(queue.name) is queue:
+            del self.queues[queue.name]
 
     async def request(
         self, route: str, body: bytes, *, headers: dict[str, Any] | None = None, timeout: float = 10.0
     ) -> tuple[bytes, bool]:
         """Put `body` on `route` as a request; return (reply body, is an ErrorReply). RpcTimeout if none comes."""
-        r = self.routes.get(route)
-        if r is None or not r.handlers:
+        q = self.routes.get(route)
+        if q is None or not q.consumers:
             raise NoConsumer(f"no service serves {route!r}")
-        serve = r.handlers[next(r.turn) % len(r.handlers)]
         got: asyncio.Future[tuple[bytes, bool]] = asyncio.get_running_loop().create_future()
 
         def reply(body: bytes, error: bool) -> None:
@@ -97,54 +121,98 @@ class MemoryBroker:
             reply_to="memory",
             correlation_id=uuid.uuid4().hex,
         )
-        # Like a broker, the request outlives a caller that stopped waiting.
-        self.spawn(serve(delivery, reply))
+        # Like a broker, the request stays queued after a caller that stopped waiting (its deadline drops it).
+        q.messages.put_nowait(_Message(delivery, reply))
         try:
             async with asyncio.timeout(timeout):
                 return await got
         except TimeoutError:
+            if not q.consumers:
+                raise NoConsumer(f"no service is consuming {route!r}") from None
             raise RpcTimeout(f"no reply to {route!r} within {timeout:g} s") from None
-
-
-class _MemorySubscription(Subscription):
-    def __init__(self, remove: Callable[[], None]) -> None:
-        self._remove = remove
-
-    async def cancel(self) -> None:
-        self._remove()
 
 
 class _MemoryTransport(Transport):
     """Settling in memory: a reject goes to the dead letters as the broker's dead-letter exchange would."""
 
-    def __init__(
-        self,
-        broker: MemoryBroker,
-        delivery: Delivery,
-        on_reply: Callable[[bytes, bool], None] | None,
-        again: Callable[[Delivery], Awaitable[None]],
-    ) -> None:
-        self.broker, self.delivery, self.on_reply, self.again = broker, delivery, on_reply, again
+    def __init__(self, broker: MemoryBroker, queue: _Queue, message: _Message) -> None:
+        self.broker, self.queue, self.message = broker, queue, message
+        #: Acked or rejected: the broker no longer holds it for this consumer.
+        self.settled = False
 
     async def reply(self, body: bytes, *, type_: str, error: bool) -> None:
-        if self.on_reply is not None:
-            self.on_reply(body, error)
+        if self.message.on_reply is not None:
+            self.message.on_reply(body, error)
 
     async def dead_letter(self, body: bytes, headers: dict[str, Any]) -> None:
+        d = self.message.delivery
         reason = str(headers.get(c.HEADER_DLX_REASON, ""))
-        self.broker.dead_letters.append(
-            DeadLetter(self.delivery.queue, self.delivery.routing_key, reason, body, headers)
-        )
+        self.broker.dead_letters.append(DeadLetter(d.queue, d.routing_key, reason, body, headers))
 
     async def retry(self, headers: dict[str, Any]) -> None:
-        self.broker.spawn(self.again(replace(self.delivery, headers=headers)))
+        if self.queue.deleted:
+            raise NoConsumer(f"queue {self.queue.name} is gone: the retry copy was returned")
+        copy = replace(self.message, delivery=replace(self.message.delivery, headers=headers))
+        self.queue.messages.put_nowait(copy)
 
     async def ack(self) -> None:
-        return None
+        self.settled = True
 
     async def reject(self) -> None:
-        d = self.delivery
+        self.settled = True
+        d = self.message.delivery
         self.broker.dead_letters.append(DeadLetter(d.queue, d.routing_key, "rejected", d.body, dict(d.headers)))
+
+
+class _Consumer(Subscription):
+    """One consumer on a queue: at most `prefetch` messages in hand, each handled in its own task."""
+
+    def __init__(self, broker: MemoryBroker, queue: _Queue, handle: HandleFn, prefetch: int) -> None:
+        self.broker, self.queue, self.handle = broker, queue, handle
+        self._window = asyncio.Semaphore(prefetch)
+        self._in_hand: set[asyncio.Task[None]] = set()
+        self._cancelled = False
+        queue.consumers.append(self)
+        self._pump = asyncio.create_task(self._take())
+
+    async def _take(self) -> None:
+        while True:
+            await self._window.acquire()
+            try:
+                message = await self.queue.messages.get()
+            except BaseException:
+                self._window.release()
+                raise
+            task = asyncio.create_task(self._run(message))
+            self._in_hand.add(task)
+            task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._in_hand.discard(task)
+        self._window.release()
+
+    async def _run(self, message: _Message) -> None:
+        transport = _MemoryTransport(self.broker, self.queue, message)
+        try:
+            await self.handle(message.delivery, transport)
+        except asyncio.CancelledError:
+            if not transport.settled and not self.queue.deleted:
+                self.queue.messages.put_nowait(message)  # not acked: the broker delivers it again
+            raise
+
+    async def cancel(self) -> None:
+        if self._cancelled:
+            return
+        self._cancelled = True
+        self.queue.consumers.remove(self)
+        if self.queue.exclusive:
+            self.broker.delete(self.queue)
+        self._pump.cancel()
+        current = asyncio.current_task()
+        stopping = [t for t in (self._pump, *self._in_hand) if t is not current]
+        for task in stopping:
+            task.cancel()
+        await asyncio.gather(*stopping, return_exceptions=True)
 
 
 class MemoryBus(Bus):
@@ -153,14 +221,24 @@ class MemoryBus(Bus):
         self.broker = broker or MemoryBroker()
         self.service = service
         self.dispatcher = Dispatcher(settings, service)
+        self._consumers: list[_Consumer] = []
+        self._closed = False
 
     async def start(self) -> None:
-        return None
+        self._closed = False
 
     async def close(self) -> None:
-        return None
+        self._closed = True
+        consumers, self._consumers = self._consumers, []
+        for consumer in consumers:
+            await consumer.cancel()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BusUnavailable("the bus is closed")
 
     async def call(self, route: str, request: Message, reply_type: type[Rep], *, timeout: float | None = None) -> Rep:
+        self._check_open()
         timeout = timeout or self.settings.rpc_timeout_s
         body, is_error = await self.broker.request(
             route,
@@ -176,22 +254,20 @@ class MemoryBus(Bus):
     async def serve(
         self, route: str, request_type: type[Req], handler: Callable[[Req], Awaitable[Message]]
     ) -> Subscription:
-        async def run(delivery: Delivery, on_reply: Callable[[bytes, bool], None]) -> None:
-            async def again(d: Delivery) -> None:
-                await run(d, on_reply)
+        self._check_open()
 
-            transport = _MemoryTransport(self.broker, delivery, on_reply, again)
-            await self.dispatcher.request(delivery, transport, request_type, handler)
+        async def handle(delivery: Delivery, transport: Transport) -> str:
+            return await self.dispatcher.request(delivery, transport, request_type, handler)
 
-        r = self.broker.routes.setdefault(route, _Route())
-        r.handlers.append(run)
-        return _MemorySubscription(lambda: r.handlers.remove(run))
+        return self._consume(self.broker.route(route), handle)
 
     async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
-        body = encode(event)
-        for sub in list(self.broker.subs):
-            if any(topic_matches(b, routing_key) for b in sub.bindings):
-                await sub.deliver(routing_key, body, type_name(event))
+        self._check_open()
+        body, type_ = encode(event), type_name(event)
+        self.broker.route_event(
+            routing_key,
+            lambda queue: _Message(Delivery(queue=queue, body=body, routing_key=routing_key, type=type_)),
+        )
 
     async def subscribe(
         self,
@@ -201,16 +277,21 @@ class MemoryBus(Bus):
         *,
         queue: str | None = None,
     ) -> Subscription:
+        self._check_open()
         by_name = {m.__name__: m for m in models}
-        name = queue or f"memory-{id(handler)}"
+        if queue is None:
+            q = _Queue(f"memory.gen-{uuid.uuid4().hex}", exclusive=True)
+            self.broker.queues[q.name] = q
+        else:
+            q = self.broker.queues.setdefault(queue, _Queue(queue))
+        q.bindings.update(bindings)
 
-        async def run(delivery: Delivery) -> None:
-            transport = _MemoryTransport(self.broker, delivery, None, run)
-            await self.dispatcher.event(delivery, transport, by_name, handler)
+        async def handle(delivery: Delivery, transport: Transport) -> str:
+            return await self.dispatcher.event(delivery, transport, by_name, handler)
 
-        async def deliver(routing_key: str, body: bytes, type_: str) -> None:
-            await run(Delivery(queue=name, body=body, routing_key=routing_key, type=type_))
+        return self._consume(q, handle)
 
-        sub = _Sub(bindings, deliver)
-        self.broker.subs.append(sub)
-        return _MemorySubscription(lambda: self.broker.subs.remove(sub))
+    def _consume(self, queue: _Queue, handle: HandleFn) -> Subscription:
+        consumer = _Consumer(self.broker, queue, handle, self.settings.prefetch)
+        self._consumers.append(consumer)
+        return consumer
