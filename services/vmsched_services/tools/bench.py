@@ -138,7 +138,9 @@ def _stats(latencies_s: list[float], wall_s: float) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- in process
-def bench_in_process(n_hosts: int, decisions: int, seed: int, policy: Policy = DEFAULT_POLICY) -> dict[str, float]:
+async def bench_in_process(
+    n_hosts: int, decisions: int, seed: int, policy: Policy = DEFAULT_POLICY
+) -> dict[str, float]:
     """The selector's decision path without the bus: the same placement function (scheduling.place)
     with local filter and weigh steps, over one cluster's HostTable."""
     rng = random.Random(seed)
@@ -171,7 +173,7 @@ def bench_in_process(n_hosts: int, decisions: int, seed: int, policy: Policy = D
         return lat, placed
 
     began = time.perf_counter()
-    lat, placed = asyncio.run(run())
+    lat, placed = await run()
     if placed < len(vms):
         raise RuntimeError(f"policy {policy.name}: only {placed}/{len(vms)} bench VMs fit; the bench data is wrong")
     return _stats(lat, time.perf_counter() - began)
@@ -411,7 +413,7 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
             print(f"bench: {n} hosts, policy {name} ...", file=sys.stderr)
             entry[name] = {
                 "units": len(policy.filters) + len(policy.weights),
-                "in_process": bench_in_process(n, max(200, args.requests), args.seed, policy),
+                "in_process": await bench_in_process(n, max(200, args.requests), args.seed, policy),
                 "bus": await bench_bus(settings, n, args.requests, args.concurrency, args.seed, policy),
             }
         result["sizes"][str(n)] = entry

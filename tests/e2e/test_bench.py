@@ -1,0 +1,51 @@
+"""`vmsched bench` runs end to end (tiny sizes) and writes the figures it prints. Speed is never
+asserted here: only that every measured path ran and produced numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from vmsched.db import migrate
+from vmsched.settings import Settings
+from vmsched_services.tools.procs import settings_env
+
+pytestmark = pytest.mark.e2e
+
+
+async def test_bench_measures_every_path_and_writes_json(settings: Settings, database: str, tmp_path: Path) -> None:
+    await migrate(database)
+    env = settings_env(settings.model_copy(update={"postgres_url": database}))
+    out_file = tmp_path / "bench.json"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "vmsched_services.tools.cli",
+        "bench",
+        "--hosts",
+        "20",
+        "--requests",
+        "10",
+        "--concurrency",
+        "2",
+        "--json-out",
+        str(out_file),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    result = json.loads(out_file.read_text())
+    assert result["hop"]["p50_ms"] > 0
+    size = result["sizes"]["20"]
+    for policy in ("none", "catalogue"):
+        assert size[policy]["in_process"]["decisions"] >= 10
+        assert size[policy]["in_process"]["p50_ms"] > 0
+        assert size[policy]["bus"]["sequential"]["decisions"] > 0
+        assert size[policy]["bus"]["sequential"]["p50_ms"] > 0
+    assert "decisions/s" in out.decode()
