@@ -120,7 +120,7 @@ async def schedule_small_and_huge(
     client: SchedulerClient, cluster: str, hosts: list[str], unique: str
 ) -> tuple[ScheduleDecision, ScheduleDecision]:
     """A VM that fits (placed, explained with a score table) and one that fits nowhere (unplaceable)."""
-    placed = await client.schedule(cluster, vm(f"{unique}-small"), timeout=SCHEDULE_TIMEOUT_S)
+    placed = await client.schedule(cluster, vm(f"{unique}-small"), explain_scores=True, timeout=SCHEDULE_TIMEOUT_S)
     assert placed.status is DecisionStatus.PLACED, placed.explanation.summary
     assert placed.host_id in hosts
     assert len(placed.alternates) == 3

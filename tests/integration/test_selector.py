@@ -81,7 +81,7 @@ async def test_places_records_pending_under_the_token_and_publishes(
 
     follower = asyncio.create_task(follow())
     await asyncio.sleep(0.2)  # the subscription's queue is bound before the decision is published
-    d = await client.schedule(cluster, small_vm(unique))
+    d = await client.schedule(cluster, small_vm(unique), explain_scores=True)
     assert d.status is DecisionStatus.PLACED
     assert d.host_id in hosts
     assert set(d.alternates) == set(hosts) - {d.host_id}

@@ -71,6 +71,15 @@ def test_weight_rows_show_raw_points_and_factor_and_totals() -> None:
     assert total.split()[1:] == ["2", "0"]
 
 
+def test_a_decision_without_scores_says_how_to_get_them() -> None:
+    d = _decision()
+    bare = d.model_copy(update={"explanation": d.explanation.model_copy(update={"scores": None})})
+    text = render_table(bare)
+    assert "weights (" not in text
+    assert "--scores" in text
+    assert "--scores" not in render_table(d)
+
+
 def test_columns_are_capped_and_say_so() -> None:
     text = render_table(_decision(), max_hosts=2)
     assert "(2 more hosts not shown; --hosts 0 shows all)" in text

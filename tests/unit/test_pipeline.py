@@ -68,7 +68,7 @@ def test_summary_shows_one_reason_when_all_agree_and_the_unit_summary_otherwise(
 def decide(t: HostTable, v: VmSpec) -> Placed:
     """The selector's placement function with local steps, for one VM under the default policy."""
     steps = LocalSteps(t, DEFAULT_POLICY)
-    req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=v)
+    req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=v, explain_scores=True)
 
     def no_record(vm: VmSpec, host_id: str) -> PendingEntry:
         return pending_entry(vm.vm_id, host_id, 1, mem_mb=vm.mem_mb)

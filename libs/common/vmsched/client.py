@@ -65,7 +65,7 @@ class SchedulerClient:
         blacklist: Sequence[str] = (),
         max_alternates: int = 3,
         deadline: datetime | None = None,
-        explain_scores: bool = True,
+        explain_scores: bool = False,
         batch: Sequence[VmSpec] = (),
         timeout: float | None = None,
     ) -> ScheduleDecision:

@@ -118,6 +118,8 @@ def render_table(d: ScheduleDecision, *, max_hosts: int = 8, width: int = 16) ->
     lines += _filter_rows(e.filters, shown, removed_by, notes, label_w, cell)
     if e.scores is not None and e.scores.units:
         lines += _weight_rows(e.scores, shown, label_w, cell)
+    elif e.scores is None and d.status.value == "placed":
+        lines.append("(no score table: the request did not ask for one; `vmsched schedule --scores` does)")
     if len(shown) < len(hosts):
         lines.append(f"({len(hosts) - len(shown)} more hosts not shown; --hosts 0 shows all)")
     if notes:

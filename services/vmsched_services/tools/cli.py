@@ -73,6 +73,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                     vm,
                     blacklist=args.exclude or (),
                     max_alternates=args.alternates,
+                    explain_scores=args.scores,
                     timeout=args.timeout,
                 )
             except VmschedError as exc:
@@ -289,6 +290,7 @@ def _add_engine_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     s.add_argument("--vm", required=True, help="a JSON file with the VM (VmSpec), or - for stdin")
     s.add_argument("--exclude", action="append", help="a host not to use (repeatable)")
     s.add_argument("--alternates", type=int, default=3)
+    s.add_argument("--scores", action="store_true", help="include the score table (vmsched explain shows it)")
     s.add_argument("--timeout", type=float, default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_schedule)
