@@ -456,7 +456,7 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
             weights=[UnitCall(unit="OptimalForEvenMemoryDistribution")],
         )
     )
-    assert len(reply.weights[0].raw) == 2
+    assert len(reply.scores.units[0].raw) == 2
     assert (await cache.table(c))[0] == 2
 
     # Lost once more: the cache holds version 2 (n1, n2), Redis version 1 (n4). A request made

@@ -294,3 +294,17 @@ def test_maximum_selectors_handle_negative_and_higher_is_better() -> None:
     assert floats(sel.totals) == [0, 50]
     assert sel.best == "a"
     assert floats(dynamic_maximum_select(["a"], [unit("z", 1, [0])]).totals) == [0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(weighing(), st.sampled_from(sorted(SELECTORS)), st.integers(1, 10))
+def test_the_best_few_are_the_head_of_the_whole_table(
+    case: tuple[list[str], list[WeighedUnit]], selector: str, top: int
+) -> None:
+    """What the weigher answers without scores is exactly the start of what it answers with them."""
+    ids, units = case
+    chosen = SELECTORS[selector](ids, units)
+    whole, head = chosen.to_score_table(), chosen.to_score_table(top)
+    assert head.hosts == whole.hosts[:top]
+    assert head.totals == whole.totals[:top]
+    assert head.units == []

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from uuid import UUID
 
-import numpy as np
 import structlog
 
 from vmsched import constants as c
@@ -55,7 +54,7 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import candidate_hosts, select
+from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import Unplaceable, WaitForPending, pending_entry, place
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
@@ -368,13 +367,15 @@ class Selector:
                 vm=vm,
                 hosts=hosts,
                 weights=calls,
+                selector=policy.selector,
+                # The best host and its alternates, unless the request wants the whole table.
+                top=None if req.explain_scores else 1 + req.max_alternates,
                 pending=pending,
                 now=time.time(),
             ),
             WeighReply,
         )
-        raws = [np.asarray(w.raw, dtype=np.float64) for w in reply.weights]
-        return select(hosts, calls, raws, policy.selector)
+        return reply.scores
 
     def _expired(self, req: ScheduleRequest) -> bool:
         return req.deadline is not None and datetime.now(UTC) >= req.deadline

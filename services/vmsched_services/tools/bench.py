@@ -50,8 +50,9 @@ from vmsched.contracts import (
     PendingEntry,
     ScheduleDecision,
     ScheduleRequest,
+    ScoreTable,
     StateRequest,
-    UnitWeights,
+    UnitScores,
     VmReport,
     VmSpec,
     VmStatus,
@@ -223,10 +224,26 @@ def bench_codec(n_hosts: int, seed: int) -> dict[str, dict[str, float]]:
             WeighRequest(request_id=rid, cluster_id="codec", state_version=1, vm=vm, hosts=ids, weights=weights),
             repeat,
         ),
-        "WeighReply": _roundtrip_us(
+        "WeighReply(best 4)": _roundtrip_us(
+            WeighReply(
+                request_id=rid, scores=ScoreTable(selector="RankSelector", hosts=ids[:4], units=[], totals=[1.0] * 4)
+            ),
+            repeat,
+        ),
+        "WeighReply(with table)": _roundtrip_us(
             WeighReply(
                 request_id=rid,
-                weights=[UnitWeights(unit=w.unit, raw=[rng.random() for _ in ids]) for w in weights],
+                scores=ScoreTable(
+                    selector="RankSelector",
+                    hosts=ids,
+                    units=[
+                        UnitScores(
+                            unit=w.unit, factor=w.factor, raw=[rng.random() for _ in ids], points=[1.0] * len(ids)
+                        )
+                        for w in weights
+                    ],
+                    totals=[1.0] * len(ids),
+                ),
             ),
             repeat,
         ),

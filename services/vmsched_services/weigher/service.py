@@ -1,14 +1,16 @@
 """weigher: runs a policy's weight units over the filter survivors (RPC `weigh`).
 
-Returns every unit's raw weight for every host; the selector normalizes and picks.
+Weighs the hosts with every unit, then ranks them with the policy's selector (normalizing the raw
+weights into points), so the selector receives the best hosts rather than every unit's raw weights
+for every host. The per-unit table crosses the bus only when the schedule request asks for it.
 """
 
 from __future__ import annotations
 
 from vmsched import constants as c
-from vmsched.contracts import UnitWeights, WeighReply, WeighRequest
+from vmsched.contracts import WeighReply, WeighRequest
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import run_weights
+from vmsched.scheduling.pipeline import run_weights, select
 
 
 class Weigher:
@@ -21,12 +23,8 @@ class Weigher:
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.hosts)
         hosts = table.view(req.hosts, req.pending, now=req.now)
         raws = run_weights(hosts, req.vm, req.weights)
-        return WeighReply(
-            request_id=req.request_id,
-            weights=[
-                UnitWeights(unit=call.unit, raw=raw.tolist()) for call, raw in zip(req.weights, raws, strict=True)
-            ],
-        )
+        scores = select(req.hosts, req.weights, raws, req.selector, top=req.top)
+        return WeighReply(request_id=req.request_id, scores=scores)
 
 
 async def start(rt: Runtime) -> None:

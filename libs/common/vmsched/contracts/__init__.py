@@ -40,7 +40,6 @@ from vmsched.contracts.workers import (
     PolicyChanged,
     StateRequest,
     UnitCall,
-    UnitWeights,
     WeighReply,
     WeighRequest,
 )
@@ -80,7 +79,6 @@ __all__ = [
     "StateRequest",
     "UnitCall",
     "UnitScores",
-    "UnitWeights",
     "VmReport",
     "VmSpec",
     "VmStatus",

@@ -12,7 +12,7 @@ from uuid import UUID
 from pydantic import Field
 
 from vmsched.contracts.base import MAX_INT, Float, Id, Int, Message, Name, PropertyValue
-from vmsched.contracts.scheduling import MAX_HOSTS, FilteredHost, PendingEntry, VmSpec
+from vmsched.contracts.scheduling import MAX_HOSTS, FilteredHost, PendingEntry, ScoreTable, VmSpec
 
 
 class UnitCall(Message):
@@ -44,7 +44,7 @@ class FilterReply(Message):
 
 
 class WeighRequest(Message):
-    """RPC `weigh`: give every host a raw weight from every unit (lower is better)."""
+    """RPC `weigh`: weigh the hosts with every unit and rank them with the policy's selector."""
 
     request_id: UUID
     cluster_id: Id
@@ -52,20 +52,21 @@ class WeighRequest(Message):
     vm: VmSpec
     hosts: list[Id] = Field(max_length=MAX_HOSTS)
     weights: list[UnitCall] = Field(max_length=256)
+    #: The policy's selector (how raw weights become points and a ranking).
+    selector: Name = "RankSelector"
+    #: Answer only the best `top` hosts, without the per-unit table; None answers every host with
+    #: the table (the schedule request asked for scores). The selector needs the best host and its
+    #: alternates, so the reply stays a few ids however large the cluster.
+    top: Int | None = Field(None, ge=1, le=MAX_HOSTS)
     pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
     #: The decision's instant (unix seconds): units judging time (heartbeats, load duration) use it.
     now: Float = 0.0
 
 
-class UnitWeights(Message):
-    unit: Name
-    #: Aligned with WeighRequest.hosts.
-    raw: list[Float] = Field(max_length=MAX_HOSTS)
-
-
 class WeighReply(Message):
     request_id: UUID
-    weights: list[UnitWeights] = Field(max_length=256)
+    #: The hosts best first (all of them, or the best `top`), with the per-unit table when asked.
+    scores: ScoreTable
 
 
 class StateRequest(Message):

@@ -95,8 +95,11 @@ def select(
     calls: Sequence[UnitCall],
     raws: Sequence[FloatArray],
     selector: str = "RankSelector",
+    *,
+    top: int | None = None,
 ) -> ScoreTable:
-    """Order the hosts best first and keep the whole table for the explanation."""
+    """Order the hosts best first and keep the whole table for the explanation (or, with `top`, only
+    the best `top` hosts and their totals)."""
     fn = SELECTORS.get(selector)
     if fn is None:
         raise SchedulingError(f"unknown selector {selector!r}; known: {sorted(SELECTORS)}", location="selector")
@@ -113,7 +116,7 @@ def select(
                 minimum=unit.minimum,
             )
         )
-    return fn(host_ids, units).to_score_table()
+    return fn(host_ids, units).to_score_table(top)
 
 
 def summarize(candidates: int, available: int, removed: Sequence[FilteredHost]) -> str:

@@ -96,8 +96,20 @@ class Selection:
     def ordered_ids(self) -> list[str]:
         return [self.host_ids[i] for i in self.order]
 
-    def to_score_table(self) -> ScoreTable:
-        """The inspectable table: hosts best first, each unit's raw weights and points in that order."""
+    def to_score_table(self, top: int | None = None) -> ScoreTable:
+        """The inspectable table: hosts best first, each unit's raw weights and points in that order.
+
+        With `top`, only the best `top` hosts and their totals, without the per-unit rows: what a
+        placement needs when nobody asked to see the scores.
+        """
+        if top is not None:
+            best = np.asarray(self.order[:top], dtype=np.intp)
+            return ScoreTable.model_construct(
+                selector=self.selector,
+                hosts=[self.host_ids[i] for i in best.tolist()],
+                units=[],
+                totals=self.totals[best].tolist(),
+            )
         order = np.asarray(self.order, dtype=np.intp)
         # model_construct: these are floats this process just computed, not input to validate; at
         # 1,000 hosts x 18 units, validation would cost more than the selection itself.
