@@ -6,6 +6,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.factories import host, pend, table, vm
 from vmsched.contracts import AffinityGroup, AffinityRule, PendingEntry, ScheduleRequest, VmSpec
 from vmsched.scheduling.hosts import HostTable
@@ -128,3 +131,66 @@ def test_a_vm_pending_outside_the_candidates_is_still_found_by_affinity() -> Non
     )
     assert isinstance(outcome, Unplaceable)
     assert "members are on c" in outcome.explanation.summary
+
+
+@st.composite
+def placement_case(draw: st.DrawFn) -> tuple[HostTable, ScheduleRequest, Policy]:
+    n = draw(st.integers(1, 8))
+    hosts = table(
+        *(
+            host(
+                f"h{i}",
+                cpu_usage_pct=draw(st.floats(0, 100)),
+                mem_free_mb=(mem := draw(st.integers(512, 16_384))),
+                physical_mem_mb=mem,
+                vm_count=draw(st.integers(0, 20)),
+            )
+            for i in range(n)
+        )
+    )
+    vms = [vm(vm_id=f"v{j}", mem_mb=draw(st.integers(256, 4096))) for j in range(draw(st.integers(1, 3)))]
+    req = ScheduleRequest(
+        request_id=uuid.uuid4(),
+        cluster_id="c1",
+        vm=vms[0],
+        batch=vms[1:],
+        max_alternates=draw(st.integers(0, 4)),
+        explain_scores=draw(st.booleans()),
+    )
+    return hosts, req, BUILTIN_POLICIES[draw(st.sampled_from(sorted(BUILTIN_POLICIES)))]
+
+
+def _place_with(steps: LocalSteps, req: ScheduleRequest, policy: Policy) -> Outcome:
+    return asyncio.run(
+        place(
+            req,
+            policy,
+            list(steps.hosts.ids),
+            [],
+            filter_fn=steps.filter,
+            weigh_fn=steps.weigh,
+            pending_for=pending_for,
+            may_wait=False,
+        )
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(placement_case())
+def test_ranking_in_the_filter_step_or_only_the_best_few_decides_the_same(
+    case: tuple[HostTable, ScheduleRequest, Policy],
+) -> None:
+    """The filter-worker weighing the survivors itself, and workers answering only the best
+    1 + max_alternates hosts, are optimisations: the decision is the one the separate, whole-table
+    weigh step makes."""
+    hosts, req, policy = case
+    top = None if req.explain_scores else 1 + req.max_alternates
+    separate = _place_with(LocalSteps(hosts, policy), req, policy)
+    combined = _place_with(LocalSteps(hosts, policy, weigh_in_filter=True, top=top), req, policy)
+    assert type(combined) is type(separate)
+    if isinstance(separate, Placed):
+        assert isinstance(combined, Placed)
+        assert combined.placements == separate.placements
+        assert [e.host_id for e in combined.pending] == [e.host_id for e in separate.pending]
+        if req.explain_scores:
+            assert combined.explanation == separate.explanation

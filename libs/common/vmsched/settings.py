@@ -32,6 +32,9 @@ class Settings(BaseSettings):
     pending_ttl_s: float = Field(120.0, gt=0)
     #: How long a request with no host waits for pending resources to change before its one retry.
     pending_wait_s: float = Field(2.0, ge=0)
+    #: The filter-worker also weighs and ranks the survivors, saving one bus call per VM. False sends
+    #: weighing to the weighers instead (scale them apart for policies whose weights dominate).
+    weigh_in_filter_worker: bool = True
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Unacknowledged messages one consumer holds at once.

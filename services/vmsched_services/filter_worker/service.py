@@ -1,7 +1,8 @@
 """filter-worker: runs a policy's filter chain over candidate hosts (RPC `filter`).
 
 Thin by design: decode, bring the cluster's cached state up to the request's version, call
-vmsched.scheduling.run_filters, encode. Run as many as the load needs: they share one queue.
+vmsched.scheduling.run_filters (and, when the request asks, rank the survivors as the weigher would,
+saving the selector a second call), encode. Run as many as the load needs: they share one queue.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from vmsched import constants as c
 from vmsched.contracts import FilterReply, FilterRequest
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import run_filters
+from vmsched.scheduling.pipeline import rank, run_filters
 
 
 class FilterWorker:
@@ -21,7 +22,11 @@ class FilterWorker:
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.candidates)
         hosts = table.view(req.candidates, req.pending, now=req.now)
         outcome = run_filters(hosts, req.vm, req.filters)
-        return FilterReply(request_id=req.request_id, survivors=list(outcome.survivors.ids), removed=outcome.removed)
+        survivors = list(outcome.survivors.ids)
+        scores = None
+        if req.weigh and len(survivors) > 1:
+            scores = rank(outcome.survivors, req.vm, req.weights, req.selector, top=req.top)
+        return FilterReply(request_id=req.request_id, survivors=survivors, removed=outcome.removed, scores=scores)
 
 
 async def start(rt: Runtime) -> None:

@@ -54,7 +54,7 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import candidate_hosts
+from vmsched.scheduling.pipeline import candidate_hosts, unweighed
 from vmsched.scheduling.placement import Unplaceable, WaitForPending, pending_entry, place
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
@@ -83,6 +83,12 @@ def _stage(stage: str) -> Iterator[None]:
         yield
     finally:
         _lap(stage, since)
+
+
+def _top(req: ScheduleRequest) -> int | None:
+    """How many ranked hosts a worker answers: the best and its alternates, unless the request
+    wants the whole score table."""
+    return None if req.explain_scores else 1 + req.max_alternates
 
 
 @dataclass(frozen=True)
@@ -328,8 +334,7 @@ class Selector:
         candidates: list[str],
         pending: list[PendingEntry],
     ) -> FilterReply:
-        if not candidates:
-            return FilterReply(request_id=req.request_id, survivors=[], removed=[])
+        weigh_here = self.settings.weigh_in_filter_worker
         return await self.rt.bus.call(
             c.RPC_FILTER,
             FilterRequest(
@@ -341,6 +346,10 @@ class Selector:
                 filters=policy.filter_calls(),
                 pending=pending,
                 now=time.time(),
+                weigh=weigh_here,
+                weights=policy.weight_calls() if weigh_here else [],
+                selector=policy.selector,
+                top=_top(req),
             ),
             FilterReply,
         )
@@ -356,8 +365,7 @@ class Selector:
     ) -> ScoreTable:
         calls = policy.weight_calls()
         if not calls:
-            # No weights: keep the filter order, which is the cluster's stable host order.
-            return ScoreTable(selector=policy.selector, hosts=hosts, units=[], totals=[0.0] * len(hosts))
+            return unweighed(hosts, policy.selector, top=_top(req))
         reply = await self.rt.bus.call(
             c.RPC_WEIGH,
             WeighRequest(
@@ -368,8 +376,7 @@ class Selector:
                 hosts=hosts,
                 weights=calls,
                 selector=policy.selector,
-                # The best host and its alternates, unless the request wants the whole table.
-                top=None if req.explain_scores else 1 + req.max_alternates,
+                top=_top(req),
                 pending=pending,
                 now=time.time(),
             ),

@@ -158,7 +158,8 @@ async def bench_in_process(
         for vm in vms:
             t0 = time.perf_counter()
             req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="inproc", vm=vm)
-            steps = LocalSteps(table, policy, now=time.time())
+            # As the selector asks the workers by default: rank in the filter step, best 1 + alternates only.
+            steps = LocalSteps(table, policy, now=time.time(), weigh_in_filter=True, top=1 + req.max_alternates)
             outcome = await place(
                 req,
                 policy,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from vmsched import constants as c
 from vmsched.contracts import WeighReply, WeighRequest
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import run_weights, select
+from vmsched.scheduling.pipeline import rank
 
 
 class Weigher:
@@ -22,8 +22,7 @@ class Weigher:
         # selector saw: its version, with every host the request names.
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.hosts)
         hosts = table.view(req.hosts, req.pending, now=req.now)
-        raws = run_weights(hosts, req.vm, req.weights)
-        scores = select(req.hosts, req.weights, raws, req.selector, top=req.top)
+        scores = rank(hosts, req.vm, req.weights, req.selector, top=req.top)
         return WeighReply(request_id=req.request_id, scores=scores)
 
 

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from pydantic import Field
 
-from vmsched.contracts.base import MAX_INT, Float, Id, Int, Message, Name, PropertyValue
+from vmsched.contracts.base import MAX_INT, Bool, Float, Id, Int, Message, Name, PropertyValue
 from vmsched.contracts.scheduling import MAX_HOSTS, FilteredHost, PendingEntry, ScoreTable, VmSpec
 
 
@@ -35,12 +35,20 @@ class FilterRequest(Message):
     pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
     #: The decision's instant (unix seconds): units judging time (heartbeats, load duration) use it.
     now: Float = 0.0
+    #: Also weigh and rank the survivors here when two or more survive, saving the selector a
+    #: second call (the weigher's RPC): `weights`, `selector` and `top` as in WeighRequest.
+    weigh: Bool = False
+    weights: list[UnitCall] = Field(default_factory=list, max_length=256)
+    selector: Name = "RankSelector"
+    top: Int | None = Field(None, ge=1, le=MAX_HOSTS)
 
 
 class FilterReply(Message):
     request_id: UUID
     survivors: list[Id] = Field(max_length=MAX_HOSTS)
     removed: list[FilteredHost] = Field(max_length=MAX_HOSTS)
+    #: The survivors ranked, when the request asked to weigh and two or more survived.
+    scores: ScoreTable | None = None
 
 
 class WeighRequest(Message):

@@ -119,6 +119,24 @@ def select(
     return fn(host_ids, units).to_score_table(top)
 
 
+def rank(
+    hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall], selector: str, *, top: int | None = None
+) -> ScoreTable:
+    """Weigh `hosts` for `vm` with every unit and rank them best first (`top`: only the best few,
+    without the per-unit table). With no weight units the hosts keep their order, which is the
+    cluster's stable host order, as oVirt keeps the filter order when nothing weighs."""
+    ids = list(hosts.ids)
+    if not calls:
+        return unweighed(ids, selector, top=top)
+    return select(ids, calls, run_weights(hosts, vm, calls), selector, top=top)
+
+
+def unweighed(host_ids: Sequence[str], selector: str, *, top: int | None = None) -> ScoreTable:
+    """The ranking when a policy has no weight units: the hosts in the order they came."""
+    kept = list(host_ids) if top is None else list(host_ids[:top])
+    return ScoreTable(selector=selector, hosts=kept, units=[], totals=[0.0] * len(kept))
+
+
 def summarize(candidates: int, available: int, removed: Sequence[FilteredHost]) -> str:
     """The aggregate line: `3/50 hosts available: 30 Memory (insufficient free memory), 17 Network (...)`.
 

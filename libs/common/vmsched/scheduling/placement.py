@@ -21,17 +21,20 @@ from uuid import UUID
 from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.pipeline import run_filters, run_weights, select, summarize
+from vmsched.scheduling.pipeline import rank, run_filters, summarize
 from vmsched.scheduling.policy import Policy
 
 
 class Screened(Protocol):
-    """What filtering one VM found (a FilterReply is one)."""
+    """What filtering one VM found (a FilterReply is one); `scores` when the step also ranked the
+    survivors (then the weigh step is not called)."""
 
     @property
     def survivors(self) -> list[str]: ...
     @property
     def removed(self) -> list[FilteredHost]: ...
+    @property
+    def scores(self) -> ScoreTable | None: ...
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class Screening:
 
     survivors: list[str]
     removed: list[FilteredHost]
+    scores: ScoreTable | None = None
 
 
 #: Filter `vm` over the candidate host ids, with these pending records counted.
@@ -110,7 +114,8 @@ async def place(
         scores: ScoreTable | None = None
         ordered = survivors
         if len(survivors) > 1:
-            scores = await weigh_fn(vm, survivors, seen)
+            ranked = screened.scores if screened is not None else None
+            scores = ranked if ranked is not None else await weigh_fn(vm, survivors, seen)
             ordered = scores.hosts
         if first is None:
             first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
@@ -146,28 +151,36 @@ class LocalSteps:
     """Filter and weigh steps in this process, over one cluster's HostTable: what the filter-worker
     and the weigher run, without the bus (the bench's in-process path, tests, a simulator)."""
 
-    def __init__(self, hosts: HostTable, policy: Policy, *, now: float | None = None) -> None:
+    def __init__(
+        self,
+        hosts: HostTable,
+        policy: Policy,
+        *,
+        now: float | None = None,
+        weigh_in_filter: bool = False,
+        top: int | None = None,
+    ) -> None:
         self.hosts = hosts
         self.policy = policy
         #: The decision's instant for time-dependent units (as a worker gets it from the request).
         self.now = now
+        #: Rank the survivors in the filter step, as the filter-worker does when asked to weigh.
+        self.weigh_in_filter = weigh_in_filter
+        #: Rank only the best `top` hosts, without the per-unit table (None: every host, with it).
+        self.top = top
         self._filters = policy.filter_calls()
         self._weights = policy.weight_calls()
 
     async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
         out = run_filters(self.hosts.view(ids, seen, now=self.now), vm, self._filters)
-        return Screening(list(out.survivors.ids), out.removed)
+        survivors = list(out.survivors.ids)
+        scores = None
+        if self.weigh_in_filter and len(survivors) > 1:
+            scores = rank(out.survivors, vm, self._weights, self.policy.selector, top=self.top)
+        return Screening(survivors, out.removed, scores)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
-        if not self._weights:
-            # No weights: keep the filter order, as the selector does.
-            return ScoreTable(selector=self.policy.selector, hosts=ids, units=[], totals=[0.0] * len(ids))
-        return select(
-            ids,
-            self._weights,
-            run_weights(self.hosts.view(ids, seen, now=self.now), vm, self._weights),
-            self.policy.selector,
-        )
+        return rank(self.hosts.view(ids, seen, now=self.now), vm, self._weights, self.policy.selector, top=self.top)
 
 
 __all__ = [
