@@ -32,6 +32,8 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         "10",
         "--concurrency",
         "2",
+        "--clusters",
+        "2",
         "--json-out",
         str(out_file),
         env=env,
@@ -42,10 +44,16 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
     assert proc.returncode == 0, err.decode()[-3000:]
     result = json.loads(out_file.read_text())
     assert result["hop"]["p50_ms"] > 0
+    assert result["lock"]["p50_ms"] > 0
     size = result["sizes"]["20"]
     for policy in ("none", "catalogue"):
         assert size[policy]["in_process"]["decisions"] >= 10
         assert size[policy]["in_process"]["p50_ms"] > 0
         assert size[policy]["bus"]["sequential"]["decisions"] > 0
         assert size[policy]["bus"]["sequential"]["p50_ms"] > 0
+        assert size[policy]["bus"]["concurrent_2_over_2_clusters"]["decisions"] == 10
+        assert size[policy]["bus_over_in_process"] > 0
+        rss = size[policy]["bus"]["rss_mb"]
+        assert {k.rsplit("-", 1)[0] for k in rss} == {"state-tracker", "filter-worker", "weigher", "selector"}
+        assert all(v is not None and v > 0 for v in rss.values())
     assert "decisions/s" in out.decode()

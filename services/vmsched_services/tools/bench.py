@@ -70,8 +70,9 @@ from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, plac
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
+from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
-from vmsched_services.tools.procs import Supervisor
+from vmsched_services.tools.procs import Supervisor, rss_mb
 from vmsched_services.tools.stats import percentile
 
 
@@ -352,40 +353,44 @@ async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
 
 
 async def bench_bus(
-    settings: Settings, n_hosts: int, decisions: int, concurrency: int, seed: int, policy: Policy = DEFAULT_POLICY
+    settings: Settings,
+    n_hosts: int,
+    decisions: int,
+    concurrency: int,
+    seed: int,
+    policy: Policy = DEFAULT_POLICY,
+    *,
+    clusters: int = 1,
 ) -> dict[str, Any]:
+    """Decisions over the bus, every service its own process: sequential and `concurrency` at a time
+    on one cluster, then (with `clusters` > 1) `concurrency` at a time spread over that many
+    clusters of `n_hosts` each; with the RSS each service ends with."""
 
     rng = random.Random(seed)
     await migrate(settings.postgres_url)
-    cluster = f"bench-{n_hosts}-{policy.name}"
+    names = [f"bench-{n_hosts}-{policy.name}-{k}" for k in range(max(1, clusters))]
+    cluster = names[0]
     pool = await connect_pg(settings.postgres_url)
     repo = PolicyRepository(pool)
-    if policy.name != DEFAULT_POLICY.name:
-        await repo.clear_cluster(cluster)
-        with contextlib.suppress(VmschedError):
-            await repo.delete(policy.id)
-        await repo.create(policy)
-        await repo.set_cluster_policy(cluster, policy.id)
+    await _attach(repo, names, policy)
     sup = Supervisor(settings, Path(tempfile.mkdtemp(prefix="vmsched-bench-")))
     try:
         for service in ("state-tracker", "filter-worker", "weigher", "selector"):
             await sup.start(service)
         async with SchedulerClient(settings) as client:
-            await client.report_cluster(ClusterReport(cluster_id=cluster))
-            for h in _hosts(rng, cluster, n_hosts):
-                await client.report_host(h)
-            await client.wait_for_state(cluster, hosts=n_hosts, timeout=120)
+            await _report_clusters(client, rng, names, n_hosts)
             starts: list[asyncio.Task[None]] = []
             counter = iter(range(10**9))
 
-            async def one(_: int) -> None:
+            async def one(i: int, spread: bool = False) -> None:
+                target = names[i % len(names)] if spread else cluster
                 vm = _vm(rng, next(counter))
-                d = await client.schedule(cluster, vm, timeout=60)
+                d = await client.schedule(target, vm, timeout=60)
                 if d.host_id is None:
                     raise RuntimeError(f"bench VM not placed: {d.explanation.summary}")
                 # The engine starts it; the state tracker clears its pending record.
                 report = VmReport(
-                    cluster_id=cluster,
+                    cluster_id=target,
                     vm_id=vm.vm_id,
                     status=VmStatus.RUNNING,
                     host_id=d.host_id,
@@ -396,15 +401,63 @@ async def bench_bus(
 
             await _timed(10, 1, one)  # warm caches and connections
             sequential = await _timed(decisions // 2, 1, one)
-            concurrent = await _timed(decisions, concurrency, one)
+            runs = {"sequential": sequential, f"concurrent_{concurrency}": await _timed(decisions, concurrency, one)}
+            if len(names) > 1:
+                spread = await _timed(decisions, concurrency, partial(one, spread=True))
+                runs[f"concurrent_{concurrency}_over_{len(names)}_clusters"] = spread
             await asyncio.gather(*starts)
-        return {"sequential": sequential, f"concurrent_{concurrency}": concurrent, "logs": str(sup.log_dir)}
+        rss = {f"{name}-{i}": rss_mb(proc.pid) for i, (name, proc) in enumerate(sup.procs)}
+        return {**runs, "rss_mb": rss, "logs": str(sup.log_dir)}
     finally:
         sup.stop_all()
-        if policy.name != DEFAULT_POLICY.name:
-            await repo.clear_cluster(cluster)
-            await repo.delete(policy.id)
+        await _detach(repo, names, policy)
         await pool.close()
+
+
+async def _attach(repo: PolicyRepository, clusters: list[str], policy: Policy) -> None:
+    """The bench's clusters run `policy` (a cluster with no link runs the default)."""
+    if policy.name == DEFAULT_POLICY.name:
+        return
+    for name in clusters:
+        await repo.clear_cluster(name)
+    with contextlib.suppress(VmschedError):
+        await repo.delete(policy.id)
+    await repo.create(policy)
+    for name in clusters:
+        await repo.set_cluster_policy(name, policy.id)
+
+
+async def _detach(repo: PolicyRepository, clusters: list[str], policy: Policy) -> None:
+    if policy.name == DEFAULT_POLICY.name:
+        return
+    for name in clusters:
+        await repo.clear_cluster(name)
+    await repo.delete(policy.id)
+
+
+async def _report_clusters(client: SchedulerClient, rng: random.Random, clusters: list[str], n_hosts: int) -> None:
+    for name in clusters:
+        await client.report_cluster(ClusterReport(cluster_id=name))
+        for h in _hosts(rng, name, n_hosts):
+            await client.report_host(h)
+    for name in clusters:
+        await client.wait_for_state(name, hosts=n_hosts, timeout=120)
+
+
+async def bench_lock(settings: Settings, rounds: int) -> dict[str, float]:
+    """Take and release a cluster's lock in Redis, uncontended: the floor under every decision."""
+    redis = connect_redis(settings)
+    locks = ClusterLock(redis, settings)
+
+    async def one(_: int) -> None:
+        async with locks.hold("bench-lock"):
+            pass
+
+    try:
+        await _timed(20, 1, one)  # warm up
+        return await _timed(rounds, 1, one)
+    finally:
+        await redis.aclose()
 
 
 async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -422,6 +475,7 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         "machine": {"python": platform.python_version(), "cpus": _cpus(), "platform": platform.platform()},
         "policy": DEFAULT_POLICY.name,
         "hop": await bench_hop(settings, 300),
+        "lock": await bench_lock(settings, 300),
         "ha_check": bench_ha(args.seed),
         "sizes": {},
     }
@@ -432,8 +486,13 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
             entry[name] = {
                 "units": len(policy.filters) + len(policy.weights),
                 "in_process": await bench_in_process(n, max(200, args.requests), args.seed, policy),
-                "bus": await bench_bus(settings, n, args.requests, args.concurrency, args.seed, policy),
+                "bus": await bench_bus(
+                    settings, n, args.requests, args.concurrency, args.seed, policy, clusters=args.clusters
+                ),
             }
+            entry[name]["bus_over_in_process"] = round(
+                entry[name]["bus"]["sequential"]["p50_ms"] / max(entry[name]["in_process"]["p50_ms"], 1e-9), 1
+            )
         result["sizes"][str(n)] = entry
     await _cleanup(settings)
     return result
@@ -453,28 +512,37 @@ async def _cleanup(settings: Settings) -> None:
 
 
 def render(result: dict[str, Any]) -> str:
-    hop = result["hop"]
+    """The figures as a human reads them: the floors first, then decisions per size and policy."""
+    hop, lock = result["hop"], result["lock"]
     lines = [
         f"vmsched bench ({result['when']}, {result['machine']['cpus']} CPUs, policy {result['policy']})",
-        f"one bus hop (RPC to an empty handler): p50 {hop['p50_ms']} ms, p99 {hop['p99_ms']} ms",
+        f"floors: one bus hop (RPC to an empty handler) p50 {hop['p50_ms']} ms, p99 {hop['p99_ms']} ms; "
+        f"Redis lock take + release p50 {lock['p50_ms']} ms",
         "HA reservation check: " + ", ".join(f"{k} {v}" for k, v in result["ha_check"].items()),
         "",
-        f"{'hosts':>6}  {'policy, mode':<44}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>13}",
+        f"{'hosts':>6}  {'policy, mode':<56}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>13}",
     ]
     for n, r in result["sizes"].items():
         for name in _policies():
-            p = r[name]
-            rows = [("in process, no bus", p["in_process"])]
-            rows += [(f"bus, {k}", v) for k, v in p["bus"].items() if k != "logs"]
-            for label, s in rows:
-                text = f"{name} ({p['units']} units) {label}"
-                lines.append(f"{n:>6}  {text:<44}{s['p50_ms']:>9}{s['p99_ms']:>9}{s['decisions_per_s']:>13}")
+            lines += _decision_rows(n, name, r[name])
     lines.append("")
     lines.append(f"{'hosts':>6}  {'message':<34}{'bytes':>9}{'encode us':>11}{'decode us':>11}")
     for n, r in result["sizes"].items():
         for name, c in r["codec"].items():
             lines.append(f"{n:>6}  {name:<34}{c['bytes']:>9}{c['encode_us']:>11}{c['decode_us']:>11}")
     return "\n".join(lines)
+
+
+def _decision_rows(n: str, name: str, p: dict[str, Any]) -> list[str]:
+    runs = [("in process, no bus", p["in_process"])]
+    runs += [(f"bus, {k}", v) for k, v in p["bus"].items() if k not in ("logs", "rss_mb")]
+    lines = []
+    for label, s in runs:
+        text = f"{name} ({p['units']} units) {label}"
+        lines.append(f"{n:>6}  {text:<56}{s['p50_ms']:>9}{s['p99_ms']:>9}{s['decisions_per_s']:>13}")
+    rss = ", ".join(f"{k} {v:.0f}" for k, v in p["bus"]["rss_mb"].items() if v is not None)
+    lines.append(f"{'':>6}  bus / in process (sequential p50): {p['bus_over_in_process']}x;  RSS MB: {rss}")
+    return lines
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
