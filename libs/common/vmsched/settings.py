@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     #: The filter-worker also weighs and ranks the survivors, saving one bus call per VM. False sends
     #: weighing to the weighers instead (scale them apart for policies whose weights dominate).
     weigh_in_filter_worker: bool = True
+    #: Requests for one cluster a selector decides back to back under one lock acquisition (each
+    #: seeing the earlier ones as pending, as if they came one at a time); 1 decides one at a time.
+    group_max: int = Field(32, ge=1, le=1000)
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Unacknowledged messages one consumer holds at once.

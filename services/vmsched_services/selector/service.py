@@ -23,12 +23,15 @@ decision -> publish it as event `decision.<cluster>` -> release -> reply.
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeAlias
 from uuid import UUID
 
 import structlog
@@ -54,8 +57,9 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
+from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts, unweighed
-from vmsched.scheduling.placement import Unplaceable, WaitForPending, pending_entry, place
+from vmsched.scheduling.placement import Placed, Unplaceable, WaitForPending, pending_entry, place
 from vmsched.scheduling.policy import Policy
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
 from vmsched.store.decisions import StoredDecision, request_fingerprint
@@ -85,6 +89,34 @@ def _stage(stage: str) -> Iterator[None]:
         _lap(stage, since)
 
 
+def _lap_into(stages: dict[str, float], stage: str, since: float) -> None:
+    """Add the time since `since` to `stage` of one request's timings (a group's shared steps are
+    counted for each request of the group)."""
+    stages[stage] = round(stages.get(stage, 0.0) + (time.perf_counter() - since) * 1000, 3)
+
+
+#: What a request's turn under the lock ends in: a decision not stored (expired), a stored one, or
+#: the pending version to wait on before its retry.
+_TurnResult: TypeAlias = "ScheduleDecision | _Stored | int"
+
+
+@dataclass
+class _Turn:
+    """One attempt of one request, queued for its cluster's next group."""
+
+    req: ScheduleRequest
+    policy: Policy
+    fingerprint: str
+    started: float
+    retried: bool
+    may_wait: bool
+    #: The request's stage timings (the handler's, filled in by the group runner).
+    stages: dict[str, float]
+    done: asyncio.Future[ScheduleDecision | _Stored | int] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
 def _top(req: ScheduleRequest) -> int | None:
     """How many ranked hosts a worker answers: the best and its alternates, unless the request
     wants the whole score table."""
@@ -107,6 +139,8 @@ class Selector:
         self.locks = ClusterLock(rt.redis, rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.decisions = DecisionStore(rt.redis, rt.settings)
+        self._queues: dict[str, deque[_Turn]] = {}
+        self._runners: dict[str, asyncio.Task[None]] = {}
 
     async def handle(self, req: ScheduleRequest) -> ScheduleDecision:
         started = time.perf_counter()
@@ -214,13 +248,8 @@ class Selector:
         for attempt in (0, 1):
             if self._expired(req):
                 return self._expired_decision(req, started, policy)
-            wait_from = time.perf_counter()
-            async with self.locks.hold(req.cluster_id) as lease:
-                LOCK_WAIT_SECONDS.observe(time.perf_counter() - wait_from)
-                _lap("lock_wait", wait_from)
-                outcome = await self._attempt(
-                    req, policy, lease.token, fingerprint, started, retried, may_wait=attempt == 0
-                )
+            turn = _Turn(req, policy, fingerprint, started, retried, attempt == 0, _STAGES.get({}))
+            outcome = await self._take_turn(turn)
             if not isinstance(outcome, int):
                 return outcome
             # No host fits yet, but pending resources may free some: wait outside the lock, retry once.
@@ -228,35 +257,110 @@ class Selector:
             await self.pending.wait_for_change(req.cluster_id, outcome, self.settings.pending_wait_s)
         raise AssertionError("unreachable: the second attempt never asks to wait")
 
-    async def _attempt(
-        self,
-        req: ScheduleRequest,
-        policy: Policy,
-        token: int,
-        fingerprint: str,
-        started: float,
-        retried: bool,
-        *,
-        may_wait: bool,
-    ) -> ScheduleDecision | _Stored | int:
-        """One try under the lock: a stored decision (its event published), a decision not to
-        store (expired), or the pending version to wait on before retrying.
+    # ------------------------------------------------------------------ group commit
+    async def _take_turn(self, turn: _Turn) -> _TurnResult:
+        """Queue this request's attempt for its cluster and wait for its outcome.
 
-        How the VMs are placed is vmsched.scheduling.placement.place, with filter and weigh steps
-        that call the filter-workers and weighers; their pending records are written together
-        (fenced), or none when one VM does not fit.
+        One runner per cluster takes the queued attempts in arrival order, up to
+        VMSCHED_GROUP_MAX at a time, and decides them back to back under one lock acquisition: each
+        sees the earlier ones of its group as pending, exactly as if it had come one at a time, and
+        their pending records are written together (fenced). Under load this turns a lock round
+        trip, a state read and a pending write per request into one per group.
         """
-        found = await self._decided_meanwhile(req, fingerprint)
-        if found is not None:
-            return found
+        cluster = turn.req.cluster_id
+        self._queues.setdefault(cluster, deque()).append(turn)
+        if cluster not in self._runners:
+            self._runners[cluster] = asyncio.create_task(self._run_turns(cluster), name=f"turns-{cluster}")
+        return await turn.done
+
+    async def _run_turns(self, cluster: str) -> None:
+        queue = self._queues[cluster]
+        try:
+            while queue:
+                await self._run_group(cluster, queue)
+        finally:
+            del self._runners[cluster]
+            if not queue:
+                del self._queues[cluster]
+
+    async def _run_group(self, cluster: str, queue: deque[_Turn]) -> None:
+        """Take the lock, then every attempt queued by then (up to the group size): the requests
+        that arrived while the previous holder worked are one group."""
+        wait_from = time.perf_counter()
+        group: list[_Turn] = []
+        try:
+            async with self.locks.hold(cluster) as lease:
+                LOCK_WAIT_SECONDS.observe(time.perf_counter() - wait_from)
+                while queue and len(group) < self.settings.group_max:
+                    turn = queue.popleft()
+                    if not turn.done.done():  # else its caller gave up
+                        group.append(turn)
+                for turn in group:
+                    _lap_into(turn.stages, "lock_wait", wait_from)
+                if group:
+                    await self._decide_group(cluster, group, lease.token)
+        except Exception as exc:  # the lock, Redis or a worker failed: every undecided turn hears why
+            if not group:  # the lock was never taken: the turns waiting for it hear why
+                group = [queue.popleft() for _ in range(min(len(queue), self.settings.group_max))]
+            for turn in group:
+                if not turn.done.done():
+                    turn.done.set_exception(exc)
+
+    async def _decide_group(self, cluster: str, group: list[_Turn], token: int) -> None:
         t = time.perf_counter()
         # Pending first, then state (see state_tracker): a VM is never counted nowhere.
-        pending_version, pending = await self.pending.snapshot(req.cluster_id)
-        version, table = await self.rt.state.table(req.cluster_id)
+        pending_version, pending = await self.pending.snapshot(cluster)
+        version, table = await self.rt.state.table(cluster)
+        for turn in group:
+            _lap_into(turn.stages, "read_state", t)
+        placed: list[tuple[_Turn, Placed]] = []
+        for turn in group:
+            _STAGES.set(turn.stages)
+            earlier = [e for _, p in placed for e in p.pending]
+            result = await self._turn(turn, token, pending_version, [*pending, *earlier], version, table)
+            if isinstance(result, Placed):
+                placed.append((turn, result))
+            elif not turn.done.done():
+                turn.done.set_result(result)
+        # A request whose deadline passed while its group was decided is not placed; the later
+        # ones saw its VMs as pending, which only made them more careful.
+        expired = [(turn, p) for turn, p in placed if self._expired(turn.req)]
+        for turn, _ in expired:
+            turn.done.set_result(self._expired_decision(turn.req, turn.started, turn.policy))
+        placed = [(turn, p) for turn, p in placed if (turn, p) not in expired]
+        if not placed:
+            return
+        t = time.perf_counter()
+        await self.pending.record(cluster, [e for _, p in placed for e in p.pending], token)
+        for turn, outcome in placed:
+            _lap_into(turn.stages, "record_pending", t)
+            _STAGES.set(turn.stages)
+            decision = self._placed_decision(turn, outcome, version, token)
+            turn.done.set_result(await self._store(turn.fingerprint, token, decision))
+
+    async def _turn(
+        self,
+        turn: _Turn,
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+        table: HostTable,
+    ) -> _TurnResult | Placed:
+        """One request under the lock: a stored decision (its event published), a decision not to
+        store (expired), the pending version to wait on before retrying, or its placements to commit.
+
+        How the VMs are placed is vmsched.scheduling.placement.place, with filter and weigh steps
+        that call the filter-workers and weighers.
+        """
+        req, policy = turn.req, turn.policy
+        found = await self._decided_meanwhile(req, turn.fingerprint)
+        if found is not None:
+            return found
+        if self._expired(req):
+            return self._expired_decision(req, turn.started, policy)
         cands = candidate_hosts(table, req.whitelist, req.blacklist)
         ours = {vm.vm_id for vm in req.vms}
-        pending = [e for e in pending if e.vm_id not in ours]
-        _lap("read_state", t)
 
         async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> FilterReply:
             with _stage("filter"):
@@ -274,45 +378,42 @@ class Selector:
             req,
             policy,
             cands.ids,
-            pending,
+            [e for e in pending if e.vm_id not in ours],
             filter_fn=filter_fn,
             weigh_fn=weigh_fn,
             pending_for=pending_for,
-            may_wait=may_wait and self.settings.pending_wait_s > 0,
+            may_wait=turn.may_wait and self.settings.pending_wait_s > 0,
         )
         if isinstance(outcome, WaitForPending):
             return pending_version
         if isinstance(outcome, Unplaceable):
             decision = self._decision(
                 req,
-                started,
+                turn.started,
                 DecisionStatus.UNPLACEABLE,
                 outcome.explanation,
                 policy=policy.name,
                 version=version,
-                retried=retried,
+                retried=turn.retried,
             )
-            return await self._store(fingerprint, token, decision)
-        if self._expired(req):
-            return self._expired_decision(req, started, policy)
-        t = time.perf_counter()
-        await self.pending.record(req.cluster_id, outcome.pending, token)
-        _lap("record_pending", t)
+            return await self._store(turn.fingerprint, token, decision)
+        return outcome
+
+    def _placed_decision(self, turn: _Turn, outcome: Placed, version: int, token: int) -> ScheduleDecision:
         head = outcome.placements[0]
-        decision = self._decision(
-            req,
-            started,
+        return self._decision(
+            turn.req,
+            turn.started,
             DecisionStatus.PLACED,
             outcome.explanation,
             host=head.host_id,
             alternates=head.alternates,
             placements=outcome.placements,
             token=token,
-            policy=policy.name,
+            policy=turn.policy.name,
             version=version,
-            retried=retried,
+            retried=turn.retried,
         )
-        return await self._store(fingerprint, token, decision)
 
     async def _decided_meanwhile(self, req: ScheduleRequest, fingerprint: str) -> _Stored | None:
         """The decision another selector stored for this request while we waited for the lock."""

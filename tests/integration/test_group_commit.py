@@ -1,0 +1,97 @@
+"""Group commit: requests waiting for one cluster are decided back to back under one lock
+acquisition, each seeing the earlier ones as pending, so the group decides what the same requests
+decided one at a time would."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests import factories
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
+from vmsched.contracts import DecisionStatus, PendingEntry, ScheduleRequest, VmSpec
+from vmsched.db import migrate
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
+from vmsched.scheduling.policy import DEFAULT_POLICY
+from vmsched.settings import Settings
+from vmsched.store import ClusterLock
+from vmsched.store.redis import connect
+
+pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
+
+GROUP = 10
+
+
+@pytest.fixture(scope="module")
+async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
+    """One selector (so one group holds every waiting request), a filter-worker and the tracker."""
+    await migrate(database)
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": 32})
+    async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):
+        yield cfg
+
+
+async def _one_at_a_time(table: HostTable, vms: list[VmSpec]) -> Counter[str]:
+    """The same VMs placed one after another in process, each seeing the earlier ones pending."""
+    steps = LocalSteps(table, DEFAULT_POLICY)
+    pending: list[PendingEntry] = []
+    hosts: Counter[str] = Counter()
+    for vm in vms:
+        req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c", vm=vm)
+
+        def pending_for(v: VmSpec, host_id: str) -> PendingEntry:
+            return pending_entry(v, host_id, request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
+
+        outcome = await place(
+            req,
+            DEFAULT_POLICY,
+            list(table.ids),
+            pending,
+            filter_fn=steps.filter,
+            weigh_fn=steps.weigh,
+            pending_for=pending_for,
+            may_wait=False,
+        )
+        assert isinstance(outcome, Placed)
+        pending.extend(outcome.pending)
+        hosts[outcome.placements[0].host_id] += 1
+    return hosts
+
+
+async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
+    stack: Settings, buses: Buses, unique: str
+) -> None:
+    cluster = f"group-{unique}"
+    async with buses.client(stack) as client:
+        await factories.make_cluster(
+            client,
+            cluster,
+            5,
+            cpu_cores=8,
+            physical_mem_mb=16_384,
+            vary=lambda i: {"mem_free_mb": 6_000 + 2_000 * i, "cpu_usage_pct": 10.0 * i},
+        )
+        state = await client.state(cluster)
+        table = HostTable.from_states(state.hosts, state.settings)
+        vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=2048, vcpus=1) for i in range(GROUP)]
+
+        # Hold the cluster's lock so every request queues behind the selector's first one.
+        redis = connect(stack)
+        try:
+            async with ClusterLock(redis, stack).hold(cluster):
+                sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
+                await asyncio.sleep(1.0)
+                assert not any(t.done() for t in sent)
+        finally:
+            await redis.aclose()
+        decisions = await asyncio.gather(*sent)
+
+    assert all(d.status is DecisionStatus.PLACED for d in decisions), [d.explanation.summary for d in decisions]
+    assert len({d.fencing_token for d in decisions}) == 1, "one lock acquisition for the whole group"
+    assert len({d.state_version for d in decisions}) == 1
+    assert Counter(d.host_id for d in decisions) == await _one_at_a_time(table, vms)
