@@ -117,6 +117,31 @@ class _Turn:
     )
 
 
+def _settle(turn: _Turn, result: _TurnResult) -> None:
+    """Hand a turn its outcome, unless its caller gave up waiting (the work stands: a stored
+    decision is there for the request id's replay)."""
+    if not turn.done.done():
+        turn.done.set_result(result)
+
+
+def _one_group(queue: deque[_Turn], size: int) -> tuple[list[_Turn], list[_Turn]]:
+    """Up to `size` attempts from the queue, each request id once; the later copies of a request id
+    already in the group come back separately (they are answered once the first is decided)."""
+    group: list[_Turn] = []
+    again: list[_Turn] = []
+    ids: set[UUID] = set()
+    while queue and len(group) < size:
+        turn = queue.popleft()
+        if turn.done.done():  # its caller gave up
+            continue
+        if turn.req.request_id in ids:
+            again.append(turn)
+        else:
+            ids.add(turn.req.request_id)
+            group.append(turn)
+    return group, again
+
+
 def _top(req: ScheduleRequest) -> int | None:
     """How many ranked hosts a worker answers: the best and its alternates, unless the request
     wants the whole score table."""
@@ -288,21 +313,27 @@ class Selector:
         that arrived while the previous holder worked are one group."""
         wait_from = time.perf_counter()
         group: list[_Turn] = []
+        again: list[_Turn] = []
         try:
             async with self.locks.hold(cluster) as lease:
                 LOCK_WAIT_SECONDS.observe(time.perf_counter() - wait_from)
-                while queue and len(group) < self.settings.group_max:
-                    turn = queue.popleft()
-                    if not turn.done.done():  # else its caller gave up
-                        group.append(turn)
+                group, again = _one_group(queue, self.settings.group_max)
                 for turn in group:
                     _lap_into(turn.stages, "lock_wait", wait_from)
                 if group:
                     await self._decide_group(cluster, group, lease.token)
+                # The same request id sent again while its first copy was in this group: now
+                # decided and stored, it is a replay; otherwise it goes round again.
+                for turn in again:
+                    found = await self._decided_meanwhile(turn.req, turn.fingerprint)
+                    if found is None:
+                        queue.appendleft(turn)
+                    else:
+                        _settle(turn, found)
         except Exception as exc:  # the lock, Redis or a worker failed: every undecided turn hears why
             if not group:  # the lock was never taken: the turns waiting for it hear why
                 group = [queue.popleft() for _ in range(min(len(queue), self.settings.group_max))]
-            for turn in group:
+            for turn in [*group, *again]:
                 if not turn.done.done():
                     turn.done.set_exception(exc)
 
@@ -320,23 +351,35 @@ class Selector:
             result = await self._turn(turn, token, pending_version, [*pending, *earlier], version, table)
             if isinstance(result, Placed):
                 placed.append((turn, result))
-            elif not turn.done.done():
-                turn.done.set_result(result)
+            else:
+                _settle(turn, result)
         # A request whose deadline passed while its group was decided is not placed; the later
         # ones saw its VMs as pending, which only made them more careful.
-        expired = [(turn, p) for turn, p in placed if self._expired(turn.req)]
-        for turn, _ in expired:
-            turn.done.set_result(self._expired_decision(turn.req, turn.started, turn.policy))
-        placed = [(turn, p) for turn, p in placed if (turn, p) not in expired]
-        if not placed:
-            return
+        for turn, _ in placed:
+            if self._expired(turn.req):
+                _settle(turn, self._expired_decision(turn.req, turn.started, turn.policy))
+        placed = [(turn, p) for turn, p in placed if not turn.done.done()]
+        if placed:
+            await self._commit_group(cluster, placed, version, token)
+
+    async def _commit_group(self, cluster: str, placed: list[tuple[_Turn, Placed]], version: int, token: int) -> None:
+        """One fenced pending write for the group, then each decision stored, published, marked."""
         t = time.perf_counter()
         await self.pending.record(cluster, [e for _, p in placed for e in p.pending], token)
-        for turn, outcome in placed:
+        for turn, _ in placed:
             _lap_into(turn.stages, "record_pending", t)
-            _STAGES.set(turn.stages)
+
+        async def store(turn: _Turn, outcome: Placed) -> None:
+            _STAGES.set(turn.stages)  # this task's own context: the publish is timed for its request
             decision = self._placed_decision(turn, outcome, version, token)
-            turn.done.set_result(await self._store(turn.fingerprint, token, decision))
+            _settle(turn, await self._store(turn.fingerprint, token, decision))
+
+        # Each decision is stored, then published, then marked, in that order; the group's decisions
+        # go through those steps side by side, so their round trips and confirms overlap.
+        results = await asyncio.gather(*(store(turn, p) for turn, p in placed), return_exceptions=True)
+        for (turn, _), result in zip(placed, results, strict=True):
+            if isinstance(result, BaseException) and not turn.done.done():
+                turn.done.set_exception(result)
 
     async def _turn(
         self,
