@@ -8,6 +8,7 @@ import asyncio
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -24,14 +25,15 @@ from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
-GROUP = 10
+#: The module's selector takes up to GROUP requests per lock acquisition.
+GROUP = 8
 
 
 @pytest.fixture(scope="module")
 async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
     """One selector (so one group holds every waiting request), a filter-worker and the tracker."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": 32})
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP})
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):
         yield cfg
 
@@ -95,3 +97,41 @@ async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
     assert len({d.fencing_token for d in decisions}) == 1, "one lock acquisition for the whole group"
     assert len({d.state_version for d in decisions}) == 1
     assert Counter(d.host_id for d in decisions) == await _one_at_a_time(table, vms)
+
+
+async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
+    stack: Settings, buses: Buses, unique: str
+) -> None:
+    """More requests wait than a group takes: the urgent one and the one whose deadline is near are
+    in the first group although they came last; nobody misses its deadline. (The order applies to
+    the requests a selector has received: all of these are within its prefetch window.)"""
+    cluster = f"prio-{unique}"
+    async with buses.client(stack) as client:
+        await factories.make_cluster(client, cluster, 8, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)
+        redis = connect(stack)
+        try:
+            async with ClusterLock(redis, stack).hold(cluster):
+                vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=1024, vcpus=1) for i in range(3 * GROUP)]
+                plain = [asyncio.create_task(client.schedule(cluster, vm)) for vm in vms]
+                await asyncio.sleep(0.3)
+                urgent = asyncio.create_task(
+                    client.schedule(cluster, factories.vm_spec(f"{unique}-urgent", mem_mb=1024, vcpus=1), priority=10)
+                )
+                soon = asyncio.create_task(
+                    client.schedule(
+                        cluster,
+                        factories.vm_spec(f"{unique}-soon", mem_mb=1024, vcpus=1),
+                        deadline=datetime.now(UTC) + timedelta(seconds=20),
+                    )
+                )
+                await asyncio.sleep(0.5)
+        finally:
+            await redis.aclose()
+        first, second, rest = await urgent, await soon, await asyncio.gather(*plain)
+    assert first.status is DecisionStatus.PLACED
+    assert second.status is DecisionStatus.PLACED
+    assert all(d.status is DecisionStatus.PLACED for d in rest)
+    first_group = min(d.fencing_token for d in rest)
+    assert first.fencing_token == first_group
+    assert second.fencing_token == first_group
+    assert sum(d.fencing_token == first_group for d in rest) == GROUP - 2  # with the two above

@@ -65,6 +65,7 @@ class SchedulerClient:
         blacklist: Sequence[str] = (),
         max_alternates: int = 3,
         deadline: datetime | None = None,
+        priority: int = 0,
         explain_scores: bool = False,
         batch: Sequence[VmSpec] = (),
         timeout: float | None = None,
@@ -80,6 +81,7 @@ class SchedulerClient:
             blacklist=list(blacklist),
             max_alternates=max_alternates,
             deadline=deadline,
+            priority=priority,
             explain_scores=explain_scores,
             batch=list(batch),
         )

@@ -38,6 +38,8 @@ class Settings(BaseSettings):
     #: Requests for one cluster a selector decides back to back under one lock acquisition (each
     #: seeing the earlier ones as pending, as if they came one at a time); 1 decides one at a time.
     group_max: int = Field(32, ge=1, le=1000)
+    #: Waiting this long raises a request's priority by one (see ScheduleRequest.priority).
+    priority_aging_s: float = Field(1.0, gt=0)
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Unacknowledged messages one consumer holds at once.

@@ -61,6 +61,7 @@ from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts, unweighed
 from vmsched.scheduling.placement import Placed, Unplaceable, WaitForPending, pending_entry, place
 from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.queueing import Waiting, decision_order
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 
@@ -112,9 +113,25 @@ class _Turn:
     may_wait: bool
     #: The request's stage timings (the handler's, filled in by the group runner).
     stages: dict[str, float]
+    #: What the decision order looks at (priority, time queued, deadline, size).
+    waiting: Waiting = field(init=False)
     done: asyncio.Future[ScheduleDecision | _Stored | int] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
+
+    def __post_init__(self) -> None:
+        now = time.monotonic()
+        deadline = None
+        if self.req.deadline is not None:
+            deadline = now + (self.req.deadline - datetime.now(UTC)).total_seconds()
+        vms = self.req.vms
+        self.waiting = Waiting(
+            priority=self.req.priority,
+            enqueued_at=now,
+            deadline=deadline,
+            mem_mb=sum(v.mem_mb + v.overhead_mb for v in vms),
+            vcpus=sum(v.vcpus for v in vms),
+        )
 
 
 def _settle(turn: _Turn, result: _TurnResult) -> None:
@@ -124,21 +141,29 @@ def _settle(turn: _Turn, result: _TurnResult) -> None:
         turn.done.set_result(result)
 
 
-def _one_group(queue: deque[_Turn], size: int) -> tuple[list[_Turn], list[_Turn]]:
-    """Up to `size` attempts from the queue, each request id once; the later copies of a request id
-    already in the group come back separately (they are answered once the first is decided)."""
+def _one_group(queue: deque[_Turn], size: int, aging_s: float) -> tuple[list[_Turn], list[_Turn]]:
+    """The next group: up to `size` waiting attempts in decision order (scheduling.queueing:
+    priority with aging, deadline, size, arrival), each request id once. Later copies of a request
+    id already in the group come back separately (answered once the first is decided); the rest
+    stay queued in arrival order."""
+    live = [t for t in queue if not t.done.done()]  # else its caller gave up
+    queue.clear()
+    order = decision_order([t.waiting for t in live], time.monotonic(), aging_s)
     group: list[_Turn] = []
     again: list[_Turn] = []
     ids: set[UUID] = set()
-    while queue and len(group) < size:
-        turn = queue.popleft()
-        if turn.done.done():  # its caller gave up
-            continue
+    taken: set[int] = set()
+    for i in order:
+        turn = live[i]
         if turn.req.request_id in ids:
             again.append(turn)
-        else:
+        elif len(group) < size:
             ids.add(turn.req.request_id)
             group.append(turn)
+        else:
+            continue
+        taken.add(i)
+    queue.extend(t for i, t in enumerate(live) if i not in taken)
     return group, again
 
 
@@ -317,7 +342,7 @@ class Selector:
         try:
             async with self.locks.hold(cluster) as lease:
                 LOCK_WAIT_SECONDS.observe(time.perf_counter() - wait_from)
-                group, again = _one_group(queue, self.settings.group_max)
+                group, again = _one_group(queue, self.settings.group_max, self.settings.priority_aging_s)
                 for turn in group:
                     _lap_into(turn.stages, "lock_wait", wait_from)
                 if group:

@@ -120,6 +120,9 @@ class ScheduleRequest(Message):
     max_alternates: Int = Field(3, ge=0, le=50)
     #: A request still queued after this instant is not placed (status `expired`).
     deadline: datetime | None = None
+    #: Among requests waiting for the same cluster, higher is decided first; waiting raises it by one
+    #: per VMSCHED_PRIORITY_AGING_S so no request starves; then earlier deadline, smaller VM, arrival.
+    priority: Int = Field(0, ge=-1000, le=1000)
     #: Include the per-unit, per-host score table in the decision. Off unless asked: at 1,000 hosts
     #: and 19 weight units the table is ~40,000 numbers, serialized for the decision store, the
     #: decision event and the reply, which cost more than the decision itself.
