@@ -373,7 +373,14 @@ class Selector:
         for turn in group:
             _STAGES.set(turn.stages)
             earlier = [e for _, p in placed for e in p.pending]
-            result = await self._turn(turn, token, pending_version, [*pending, *earlier], version, table)
+            try:
+                result = await self._turn(turn, token, pending_version, [*pending, *earlier], version, table)
+            except VmschedError as exc:
+                # This request's own failure (a worker that died under its call, a refused request):
+                # it hears why; the rest of the group goes on.
+                if not turn.done.done():
+                    turn.done.set_exception(exc)
+                continue
             if isinstance(result, Placed):
                 placed.append((turn, result))
             else:

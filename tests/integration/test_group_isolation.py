@@ -1,0 +1,65 @@
+"""One request's failure inside a group (here: its filter call fails) is that request's error
+decision; the other requests of the group are still decided and committed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from tests import factories
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
+from vmsched import constants as c
+from vmsched.contracts import DecisionStatus, FilterReply, FilterRequest
+from vmsched.db import migrate
+from vmsched.errors import InvalidRequest
+from vmsched.settings import Settings
+from vmsched.store import ClusterLock
+from vmsched.store.redis import connect
+from vmsched_services.filter_worker.service import FilterWorker
+
+pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
+
+
+@pytest.fixture(scope="module")
+async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
+    """The tracker and a selector; the filter step is a real FilterWorker that refuses VMs named *-bad."""
+    await migrate(database)
+    cfg = bus_settings.model_copy(update={"postgres_url": database})
+    async with services(cfg, "state-tracker", "selector", bus=buses):
+        rt = await buses.runtime(cfg, "picky-filter-worker")
+        worker = FilterWorker(rt)
+
+        async def picky(req: FilterRequest) -> FilterReply:
+            if req.vm.vm_id.endswith("-bad"):
+                raise InvalidRequest(f"{req.vm.vm_id} refused by the test's filter worker", location="vm")
+            return await worker.handle(req)
+
+        await rt.bus.serve(c.RPC_FILTER, FilterRequest, picky)
+        yield cfg
+        await rt.close()
+
+
+async def test_a_failing_request_does_not_fail_its_group(stack: Settings, buses: Buses, unique: str) -> None:
+    cluster = f"iso-{unique}"
+    async with buses.client(stack) as client:
+        await factories.make_cluster(client, cluster, 3, cpu_cores=8, physical_mem_mb=8192, mem_free_mb=8192)
+        names = [f"{unique}-a", f"{unique}-bad", f"{unique}-c"]
+        redis = connect(stack)
+        try:
+            async with ClusterLock(redis, stack).hold(cluster):
+                sent = [
+                    asyncio.create_task(client.schedule(cluster, factories.vm_spec(n, mem_mb=512, vcpus=1)))
+                    for n in names
+                ]
+                await asyncio.sleep(0.5)
+        finally:
+            await redis.aclose()
+        a, bad, c_ = await asyncio.gather(*sent)
+    assert a.status is DecisionStatus.PLACED
+    assert c_.status is DecisionStatus.PLACED
+    assert a.fencing_token == c_.fencing_token  # one group
+    assert bad.status is DecisionStatus.ERROR
+    assert bad.error is not None
+    assert "refused by the test's filter worker" in bad.error.message
