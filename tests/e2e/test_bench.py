@@ -56,4 +56,14 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         rss = size[policy]["bus"]["rss_mb"]
         assert {k.rsplit("-", 1)[0] for k in rss} == {"state-tracker", "filter-worker", "weigher", "selector"}
         assert all(v is not None and v > 0 for v in rss.values())
+    balance = result["balance_pass"]
+    assert (balance["hosts"], balance["vms"]) == (200, 4000)  # 10x the largest --hosts, 20 VMs per host
+    assert set(balance["units"]) == {
+        "OptimalForEvenCpuDistribution",
+        "OptimalForCpuPowerSaving",
+        "OptimalForEvenGuestDistribution",
+        "OptimalForHaReservation",
+    }
+    assert all(u["ms"] > 0 and u["no_fit_ms"] > 0 for u in balance["units"].values())
     assert "decisions/s" in out.decode()
+    assert "balance pass" in out.decode()

@@ -10,6 +10,8 @@ Three measurements per cluster size, written as JSON (bench-results/bench.json b
   (latency), once `--concurrency` at a time (throughput).
 * costs: one RPC round trip with an empty handler (the price of a bus hop), and encode + decode
   of every message on the hot path at that size (the price of serialization).
+* balance_pass: one balancer pass per balance unit (table building + the unit), in process, on a
+  cluster of 10x the largest `--hosts` size (10,000 hosts by default) with 20 VMs per host.
 
 It is a benchmark, not a test: numbers depend on the machine; nothing asserts on them.
 """
@@ -68,7 +70,8 @@ from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
-from vmsched.scheduling.units import REGISTRY
+from vmsched.scheduling.units import REGISTRY, validate_properties
+from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
@@ -304,6 +307,135 @@ def bench_ha(seed: int) -> dict[str, Any]:
     return out
 
 
+# ---------------------------------------------------------------------------- one balance pass
+#: Balance units and the policy properties the bench runs them with: power management and HA
+#: reservation on, so those units have something to decide.
+_BALANCE_PROPS: dict[str, str] = {
+    "EnableAutomaticHostPowerManagement": "true",
+    "HostsInReserve": "2",
+    "HaReservation": "true",
+}
+_BALANCE_NOW = 1_700_000_000.0
+#: MaxFreeMemoryForOverUtilized above any bench host's memory: every host short, none a destination.
+_NO_FIT_MB = "1000000"
+
+
+def _balance_cluster(
+    n_hosts: int, n_vms: int, seed: int
+) -> tuple[list[HostState], list[VmReport], list[PendingEntry], ClusterReport]:
+    """A cluster the balance units find work in: 2% of the hosts over HighUtilization (80%) for
+    10 minutes, 10% under LowUtilization (20%), a few empty; a fifth of the VMs HA; 1% of the VMs
+    pending (placed, not yet running), the rest movable. Every host reports 10 one-minute samples."""
+    rng = random.Random(seed)
+    vms: list[VmReport] = []
+    per_host: list[list[VmReport]] = [[] for _ in range(n_hosts)]
+    empty = set(rng.sample(range(n_hosts), min(n_hosts, max(1, n_hosts // 500))))
+    occupied = [i for i in range(n_hosts) if i not in empty] or [0]
+    for j in range(n_vms):
+        i = rng.choice(occupied)
+        vm = VmReport(
+            cluster_id="balance",
+            vm_id=f"vm{j:07d}",
+            status=VmStatus.RUNNING,
+            host_id=f"h{i:05d}",
+            mem_mb=rng.choice([1024, 2048, 4096, 8192]),
+            vcpus=rng.choice([1, 2, 4]),
+            cpu_usage_pct=round(rng.uniform(0, 100), 1),
+            mem_usage_pct=round(rng.uniform(10, 100), 1),
+            ha=rng.random() < 0.2,
+        )
+        vms.append(vm)
+        per_host[i].append(vm)
+    hosts = []
+    for i, on in enumerate(per_host):
+        kind = rng.random()
+        level = rng.uniform(85, 99) if kind < 0.02 else rng.uniform(2, 18) if kind < 0.12 else rng.uniform(25, 70)
+        band = (80.0, 100.0) if kind < 0.02 else (0.0, 19.9) if kind < 0.12 else (0.0, 100.0)
+        cpu_samples = [
+            (_BALANCE_NOW - 60.0 * (9 - k), round(min(band[1], max(band[0], level + rng.uniform(-5, 5))), 1))
+            for k in range(10)
+        ]
+        hosts.append(
+            HostState(
+                report=HostReport(
+                    cluster_id="balance",
+                    host_id=f"h{i:05d}",
+                    status=HostStatus.UP,
+                    cpu_cores=rng.choice([32, 64, 128]),
+                    physical_mem_mb=rng.choice([262144, 524288]),
+                    mem_free_mb=65536,
+                    cpu_usage_pct=cpu_samples[-1][1],
+                    is_spm=i == 0,
+                ),
+                vm_count=len(on),
+                mem_committed_mb=sum(v.mem_mb + v.overhead_mb for v in on),
+                vcpus_committed=sum(v.vcpus for v in on),
+                ha_vm_count=sum(v.ha for v in on),
+                vm_ids=sorted(v.vm_id for v in on),
+                cpu_samples=cpu_samples,
+            )
+        )
+    in_flight = rng.sample(vms, n_vms // 100)
+    pending = [
+        PendingEntry(
+            vm_id=v.vm_id,
+            host_id=f"h{rng.choice(occupied):05d}",
+            mem_mb=v.mem_mb + v.overhead_mb,
+            vcpus=v.vcpus,
+            request_id=uuid.UUID(int=rng.getrandbits(128)),
+            fencing_token=1,
+            expires_at=_BALANCE_NOW + 60,
+        )
+        for v in in_flight
+    ]
+    flying = {v.vm_id for v in in_flight}
+    return hosts, [v for v in vms if v.vm_id not in flying], pending, ClusterReport(cluster_id="balance")
+
+
+def _balance_table(hosts: list[HostState], settings: ClusterReport, pending: list[PendingEntry]) -> HostTable:
+    """The table the balancer builds for a pass: the state's hosts with the pending records folded in."""
+    return HostTable.from_states(hosts, settings).with_pending(pending, now=_BALANCE_NOW)
+
+
+def bench_balance(seed: int, n_hosts: int = 10_000, n_vms: int = 200_000) -> dict[str, Any]:
+    """One balancer pass per balance unit, as the balancer runs it (HostTable.from_states +
+    with_pending + unit.balance), best of 3, on one cluster built once: as the cluster is, and with
+    nothing fitting anywhere (no_fit_ms); with the table alone."""
+    hosts, movable, pending, settings = _balance_cluster(n_hosts, n_vms, seed)
+    table = partial(_balance_table, hosts, settings, pending)
+    units: dict[str, Any] = {}
+    for unit in REGISTRY.values():
+        if unit.balance is None:
+            continue
+        props = validate_properties(unit, _BALANCE_PROPS)
+        one_pass = partial(_balance_pass, unit.balance, table, movable, props)
+        best = min(_seconds(one_pass) for _ in range(3))
+        outcome = one_pass()
+        # The worst case: every host short of memory, none with room to take a VM: the pass tries
+        # every source and finds nothing (units without memory limits decide as above).
+        no_fit = validate_properties(unit, {**_BALANCE_PROPS, "MaxFreeMemoryForOverUtilized": _NO_FIT_MB})
+        walk = partial(_balance_pass, unit.balance, table, movable, no_fit)
+        units[unit.name] = {
+            "ms": round(best * 1000, 1),
+            "no_fit_ms": round(min(_seconds(walk) for _ in range(3)) * 1000, 1),
+            "migration": None if outcome.migration is None else outcome.migration.vm_id,
+            "power": [p.action for p in outcome.power],
+        }
+    return {
+        "hosts": n_hosts,
+        "vms": n_vms,
+        "movable": len(movable),
+        "table_ms": round(min(_seconds(table) for _ in range(3)) * 1000, 1),
+        "units": units,
+    }
+
+
+def _balance_pass(
+    balance: BalanceFn, table: Callable[[], HostTable], movable: list[VmReport], props: dict[str, str]
+) -> BalanceOutcome:
+    return balance(table(), movable, props)
+
+
 def _seconds(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -479,6 +611,10 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         "ha_check": bench_ha(args.seed),
         "sizes": {},
     }
+    # The balance pass at 10x the largest cluster size (10,000 hosts by default), 20 VMs per host.
+    balance_hosts = 10 * max(sizes, default=100)
+    print(f"bench: balance pass, {balance_hosts} hosts ...", file=sys.stderr)
+    result["balance_pass"] = bench_balance(args.seed, balance_hosts, 20 * balance_hosts)
     for n in sizes:
         entry: dict[str, Any] = {"codec": bench_codec(n, args.seed)}
         for name, policy in _policies().items():
@@ -519,6 +655,7 @@ def render(result: dict[str, Any]) -> str:
         f"floors: one bus hop (RPC to an empty handler) p50 {hop['p50_ms']} ms, p99 {hop['p99_ms']} ms; "
         f"Redis lock take + release p50 {lock['p50_ms']} ms",
         "HA reservation check: " + ", ".join(f"{k} {v}" for k, v in result["ha_check"].items()),
+        _balance_line(result["balance_pass"]),
         "",
         f"{'hosts':>6}  {'policy, mode':<56}{'p50 ms':>9}{'p99 ms':>9}{'decisions/s':>13}",
     ]
@@ -531,6 +668,14 @@ def render(result: dict[str, Any]) -> str:
         for name, c in r["codec"].items():
             lines.append(f"{n:>6}  {name:<34}{c['bytes']:>9}{c['encode_us']:>11}{c['decode_us']:>11}")
     return "\n".join(lines)
+
+
+def _balance_line(b: dict[str, Any]) -> str:
+    units = ", ".join(f"{name} {u['ms']} ({u['no_fit_ms']})" for name, u in b["units"].items())
+    return (
+        f"balance pass, {b['hosts']} hosts / {b['vms']} VMs, table + unit ms (nothing fits): {units};"
+        f" table alone {b['table_ms']} ms"
+    )
 
 
 def _decision_rows(n: str, name: str, p: dict[str, Any]) -> list[str]:

@@ -27,14 +27,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
 
 from vmsched.contracts import VmReport
 from vmsched.scheduling.cost import vm_cost
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.units.base import (
     BalanceOutcome,
     Migration,
@@ -98,48 +97,120 @@ def _by_hunger(vms: Sequence[VmReport]) -> list[VmReport]:
     return sorted(vms, key=lambda v: (cpu_hunger(v), v.vm_id))
 
 
-def _vms_on(vms: Sequence[VmReport], host_id: str) -> list[VmReport]:
-    return [v for v in vms if v.host_id == host_id]
+class _VmsByHost:
+    """The movable VMs of each host, in the order given.
+
+    The first lookup scans the list: most passes look at one source host. A second lookup means the
+    pass walks sources, possibly every host: the VMs are then grouped by host once, with each host's
+    least CPU hunger and least guest memory, so a host none of whose VMs can fit is skipped without
+    touching them (reading 200,000 VM objects host by host, in no memory order, costs more than the
+    rest of the pass)."""
+
+    __slots__ = ("_ends", "_looked_up", "_min_guest", "_min_hunger", "_order", "_slot", "_vms")
+
+    def __init__(self, vms: Sequence[VmReport]) -> None:
+        self._vms = vms
+        self._looked_up = False
+        self._slot: dict[str | None, int] | None = None
+
+    def _group(self) -> dict[str | None, int]:
+        slot: dict[str | None, int] = {}
+        n = len(self._vms)
+        host = np.fromiter((slot.setdefault(v.host_id, len(slot)) for v in self._vms), dtype=np.intp, count=n)
+        hunger = np.fromiter((cpu_hunger(v) for v in self._vms), dtype=np.float64, count=n)
+        guest = np.fromiter((v.mem_mb for v in self._vms), dtype=np.float64, count=n)
+        self._order = np.argsort(host, kind="stable")  # stable: each host's VMs keep their order
+        starts = np.searchsorted(host[self._order], np.arange(len(slot)))
+        self._ends = [*starts[1:].tolist(), n]
+        self._min_hunger = np.minimum.reduceat(hunger[self._order], starts) if n else np.zeros(0)
+        self._min_guest = np.minimum.reduceat(guest[self._order], starts) if n else np.zeros(0)
+        self._slot = slot
+        return slot
+
+    def on(self, host_id: str, dest: _Destinations | None = None) -> list[VmReport]:
+        """The host's VMs; with `dest`, none when every one of them certainly fits none of `dest`."""
+        if self._slot is None and not self._looked_up:
+            self._looked_up = True
+            return [v for v in self._vms if v.host_id == host_id]
+        slot = self._slot if self._slot is not None else self._group()
+        k = slot.get(host_id)
+        if k is None:
+            return []
+        if dest is not None and not dest.may_fit(float(self._min_hunger[k]), float(self._min_guest[k])):
+            return []
+        start = self._ends[k - 1] if k else 0
+        return [self._vms[i] for i in self._order[start : self._ends[k]].tolist()]
 
 
 def _destination_mask(hosts: HostTable) -> BoolArray:
     return hosts.up & hosts.enabled
 
 
-@dataclass(frozen=True)
 class _Fit:
-    """What a destination must leave: load <= high after the VM, free memory > min_free_mb after it."""
+    """What a destination must leave: load <= high after the VM, scheduling memory > min_free_mb
+    after it; with the table's columns it compares, computed once per pass."""
 
-    high: float
-    min_free_mb: float
+    def __init__(self, hosts: HostTable, high: float, min_free_mb: float, load: FloatArray) -> None:
+        self.high, self.min_free_mb, self.load = high, min_free_mb, load
+        self.cpus = hosts.effective_cpus
+        self.known = self.cpus > 0
+        self.sched = max_scheduling_memory_mb(hosts)
 
-    def hosts_for(self, hosts: HostTable, vm: VmReport, allowed: BoolArray, load: FloatArray) -> list[int]:
-        cpus = hosts.effective_cpus
-        known = cpus > 0
-        predicted = cpu_hunger(vm) / np.where(known, cpus, 1.0)
-        mem_after = max_scheduling_memory_mb(hosts) - float(vm_cost(vm).mem_mb)
-        ok = allowed & known & (load + predicted <= self.high) & (mem_after > self.min_free_mb)
-        return [int(i) for i in np.flatnonzero(ok)]
+    def among(self, mask: BoolArray) -> _Destinations:
+        return _Destinations(self, np.flatnonzero(mask & self.known))
+
+
+class _Destinations:
+    """The hosts a source's VM may go to (a destination mask, hosts with a known CPU count only: a VM
+    never fits one without), with what `_Fit` compares at those hosts.
+
+    `fits` is exact: load + hunger / CPUs <= high and scheduling memory - need > min free, on each
+    host, as NumPy computes it on the whole table. Before it, two bounds rule out in O(1) a VM that
+    fits no host: rounding is monotone, so no host's load + hunger / CPUs is below
+    min(load) + hunger / max(CPUs), and none's memory - need above max(memory) - guest memory (a
+    host's least hunger and least guest memory bound all its VMs the same way). A bound that is NaN
+    rules nothing out."""
+
+    def __init__(self, fit: _Fit, positions: IndexArray) -> None:
+        self.high, self.min_free_mb = fit.high, fit.min_free_mb
+        self.positions = positions
+        self.load, self.cpus, self.sched = fit.load[positions], fit.cpus[positions], fit.sched[positions]
+        empty = len(positions) == 0
+        self.min_load = math.inf if empty else float(self.load.min())
+        self.max_cpus = 1.0 if empty else float(self.cpus.max())
+        self.max_sched = -math.inf if empty else float(self.sched.max())
+
+    def may_fit(self, hunger: float, guest_mb: float) -> bool:
+        """False when a VM this hungry, with this much guest memory or more, certainly fits none of
+        these hosts (its need, vm_cost's memory, is the guest memory plus overhead)."""
+        return not (self.min_load + hunger / self.max_cpus > self.high or self.max_sched - guest_mb <= self.min_free_mb)
+
+    def fits(self, hunger: float, need_mb: float, source: int) -> list[int]:
+        """Positions (table order) of the hosts other than `source` the VM fits."""
+        ok = (self.load + hunger / self.cpus <= self.high) & (self.sched - need_mb > self.min_free_mb)
+        return [p for p in self.positions[ok].tolist() if p != source]
 
 
 def _find(
     hosts: HostTable,
-    vms: Sequence[VmReport],
+    vms: _VmsByHost,
     sources: Sequence[int],
-    destinations: BoolArray,
+    destinations: BoolArray | _Destinations,
     fit: _Fit,
-    load: FloatArray,
     reason: Callable[[int], str],
 ) -> Migration | None:
     """The first source (in the given order) with a movable VM that fits a destination; that
     source's least CPU-hungry such VM, with every destination it fits as the candidates."""
+    if not sources:
+        return None
+    dest = destinations if isinstance(destinations, _Destinations) else fit.among(destinations)
+    if len(dest.positions) == 0:
+        return None
     for s in sources:
-        allowed = destinations.copy()
-        allowed[s] = False
-        if not allowed.any():
-            continue
-        for vm in _by_hunger(_vms_on(vms, hosts.ids[s])):
-            fits = fit.hosts_for(hosts, vm, allowed, load)
+        # Only a VM that may fit somewhere needs sorting and the exact test.
+        hopeful = [v for v in vms.on(hosts.ids[s], dest) if dest.may_fit(cpu_hunger(v), float(v.mem_mb))]
+        for vm in _by_hunger(hopeful):
+            fits = dest.fits(cpu_hunger(vm), float(vm_cost(vm).mem_mb), s)
             if fits:
                 return Migration(vm.vm_id, hosts.ids[s], tuple(hosts.ids[i] for i in fits), reason(s))
     return None
@@ -221,29 +292,28 @@ def even_distribution_balance(hosts: HostTable, vms: Sequence[VmReport], props: 
     max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized", 0.0)
     min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized", 0.0)
     load = effective_load(hosts)
-    fit = _Fit(high, max_free)
+    fit = _Fit(hosts, high, max_free, load)
     dest_ok = _destination_mask(hosts)
+    by_host = _VmsByHost(vms)
 
     over, over_for = _over_utilized(hosts, high, duration_s)
     low = min(UTILIZATION_THRESHOLD_PCT * high / 100.0, high - VCPU_CONSUMPTION_PCT)
     migration = _find(
         hosts,
-        vms,
+        by_host,
         _order(over, load, descending=True),
         dest_ok & (load < low),
         fit,
-        load,
         _cpu_reason(hosts, high, over_for),
     )
     if migration is None:
         sched = max_scheduling_memory_mb(hosts)
         migration = _find(
             hosts,
-            vms,
+            by_host,
             _memory_sources(hosts, max_free, 2),
             dest_ok & (sched > min_free),
             fit,
-            load,
             _memory_reason(hosts, max_free),
         )
     return BalanceOutcome(migration)
@@ -291,17 +361,17 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
     max_free = _mem_limit(props, "MaxFreeMemoryForOverUtilized", 0.0)
     min_free = _mem_limit(props, "MinFreeMemoryForUnderUtilized", math.inf)
     load = effective_load(hosts)
-    fit = _Fit(high, max_free)
+    fit = _Fit(hosts, high, max_free, load)
     dest_ok = _destination_mask(hosts)
+    by_host = _VmsByHost(vms)
 
     over, over_for = _over_utilized(hosts, high, duration_s)
     migration = _find(
         hosts,
-        vms,
+        by_host,
         _order(over, load, descending=True),
         dest_ok & ~over,
         fit,
-        load,
         _cpu_reason(hosts, high, over_for),
     )
     if migration is not None:
@@ -318,11 +388,11 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
             f" for {_minutes(float(under_for[i]))}: evacuating it"
         )
 
+    # Prefer hosts in the healthy band; fall back to packing onto busier under-utilized hosts.
+    healthy = fit.among(dest_ok & ~over & ~under & occupied & (load >= low))
     for s in _order(under, load, descending=False):
-        # Prefer hosts in the healthy band; fall back to packing onto busier under-utilized hosts.
-        healthy = dest_ok & ~over & ~under & occupied & (load >= low)
-        for dest in (healthy, dest_ok & ~over & occupied & (load >= load[s])):
-            found = _find(hosts, vms, [s], dest, fit, load, under_reason)
+        for dest in (healthy, fit.among(dest_ok & ~over & occupied & (load >= load[s]))):
+            found = _find(hosts, by_host, [s], dest, fit, under_reason)
             if found is not None:
                 return found
 
@@ -339,7 +409,7 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
             f" > MinFreeMemoryForUnderUtilized {fmt_num(min_free)} MB: evacuating it"
         )
 
-    return _find(hosts, vms, sources, dest_ok & (sched > max_free), fit, load, mem_reason)
+    return _find(hosts, by_host, sources, dest_ok & (sched > max_free), fit, mem_reason)
 
 
 def _power_advice(hosts: HostTable, props: Props, migration: Migration | None) -> tuple[PowerChange, ...]:
@@ -390,7 +460,7 @@ def even_vm_count_balance(hosts: HostTable, vms: Sequence[VmReport], props: Prop
     if worst_slots <= high:
         return BalanceOutcome()
     targets = _destination_mask(hosts) & (worst_slots - slots >= threshold)
-    movable = _by_hunger(_vms_on(vms, hosts.ids[worst]))
+    movable = _by_hunger(_VmsByHost(vms).on(hosts.ids[worst]))
     if not targets.any() or not movable:
         return BalanceOutcome()
     reason = (
@@ -425,8 +495,9 @@ def ha_reservation_balance(hosts: HostTable, vms: Sequence[VmReport], props: Pro
     if not targets.any():
         return BalanceOutcome()
     candidates = tuple(hosts.ids[int(i)] for i in np.flatnonzero(targets))
+    by_host = _VmsByHost(vms)
     for s in _order(up & (counts > limit), counts, descending=True):
-        movable = _by_hunger([v for v in _vms_on(vms, hosts.ids[s]) if v.ha])
+        movable = _by_hunger([v for v in by_host.on(hosts.ids[s]) if v.ha])
         if movable:
             reason = (
                 f"host {hosts.ids[s]} runs {fmt_num(counts[s])} HA VMs > optimal {optimal}"
