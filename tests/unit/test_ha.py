@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import random
 import uuid
+from contextlib import ExitStack
 from functools import partial
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -135,8 +137,11 @@ _MEM = st.sampled_from([0, 256, 512, 768, 1024, 1280, 1536, 2048, 3000])
 _PCT = st.sampled_from([0.0, 25.0, 50.0, 75.0, 100.0, 33.3])
 
 
+Case = tuple[list[HostState], list[VmReport], list[PendingEntry], bool]
+
+
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[HostState], list[VmReport], list[PendingEntry], bool]:
+def clusters(draw: st.DrawFn, max_vms: int = 14) -> Case:
     n = draw(st.integers(0, 5))
     hosts = [
         host(
@@ -150,10 +155,13 @@ def clusters(draw: st.DrawFn) -> tuple[list[HostState], list[VmReport], list[Pen
         for i in range(n)
     ]
     host_ids = [f"h{i}" for i in range(n + 1)]  # one id no host has
+    # Skewed placement: most VMs on one host, the shape where one row has far more VMs than the rest.
+    crowded = draw(st.sampled_from([None, *host_ids]))
+    placement = st.sampled_from(host_ids) if crowded is None else st.sampled_from([crowded] * 3 + host_ids)
     vms = [
         vm(
             f"v{j}",
-            draw(st.sampled_from(host_ids)),
+            draw(placement),
             status=draw(st.sampled_from([VmStatus.RUNNING, VmStatus.RUNNING, VmStatus.STARTING, VmStatus.DOWN])),
             mem_mb=draw(st.sampled_from([256, 512, 1024, 1000])),
             mem_usage_pct=draw(_PCT),
@@ -161,7 +169,7 @@ def clusters(draw: st.DrawFn) -> tuple[list[HostState], list[VmReport], list[Pen
             cpu_usage_pct=draw(_PCT),
             ha=draw(st.booleans()) or draw(st.booleans()),
         )
-        for j in range(draw(st.integers(0, 14)))
+        for j in range(draw(st.integers(0, max_vms)))
     ]
     pending = [
         PendingEntry(
@@ -178,17 +186,50 @@ def clusters(draw: st.DrawFn) -> tuple[list[HostState], list[VmReport], list[Pen
     return hosts, vms, pending, draw(st.booleans())
 
 
+def expected(hosts: list[HostState], vms: list[VmReport], pending: list[PendingEntry], threads: bool) -> ha.HaResult:
+    """The whole result from its definition: naive failing hosts, Up hosts, HA VMs on Up hosts."""
+    up = {h.report.host_id for h in hosts if h.report.status is HostStatus.UP}
+    ha_vms = sum(1 for v in vms if v.ha and v.status in ha.HA_VM_STATUSES and v.host_id in up)
+    return ha.HaResult(naive_failing_hosts(hosts, vms, pending, count_threads_as_cores=threads), len(up), ha_vms)
+
+
+#: Settings of the fast check's shortcuts, small ones included so that every path runs on small
+#: clusters: few first columns (the wider look), one row at a time from the start or never, tiny
+#: chunks (VMs walked past columns touched earlier in the chunk), tiny blocks.
+_TUNINGS = st.fixed_dictionaries(
+    {
+        "_FIRST_COLUMNS": st.sampled_from([1, 2, 32]),
+        "_ROW_AT_A_TIME": st.sampled_from([0, 1, 2, 4, 1 << 20]),
+        "_CHUNK": st.sampled_from([1, 2, 3, 64]),
+        "_BLOCK_CELLS": st.sampled_from([1, 3, 4_000_000]),
+    }
+)
+
+
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters())
-def test_fast_and_naive_agree(case: tuple[list[HostState], list[VmReport], list[PendingEntry], bool]) -> None:
+def test_fast_and_naive_agree(case: Case) -> None:
     hosts, vms, pending, threads = case
     naive = naive_failing_hosts(hosts, vms, pending, count_threads_as_cores=threads)
     assert failing_hosts(hosts, vms, pending, count_threads_as_cores=threads) == naive
 
 
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(max_vms=40), _TUNINGS)
+def test_fast_result_equals_definition_under_every_tuning(case: Case, tuning: dict[str, int]) -> None:
+    hosts, vms, pending, threads = case
+    with ExitStack() as stack:
+        for name, value in tuning.items():
+            stack.enter_context(patch.object(ha, name, value))
+        assert check(hosts, vms, pending, count_threads_as_cores=threads) == expected(hosts, vms, pending, threads)
+
+
+@pytest.mark.parametrize("skew", [False, True])
 @pytest.mark.parametrize("seed", range(8))
-def test_fast_and_naive_agree_on_larger_clusters_in_small_blocks(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bigger random clusters, with the fast check split into blocks of a few rows."""
+def test_fast_and_naive_agree_on_larger_clusters_in_small_blocks(
+    seed: int, skew: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Bigger random clusters (half the VMs on one host when skewed), with small shortcut settings."""
     rnd = random.Random(seed)
     n = rnd.randint(5, 40)
     hosts = [
@@ -203,7 +244,7 @@ def test_fast_and_naive_agree_on_larger_clusters_in_small_blocks(seed: int, monk
     vms = [
         vm(
             f"v{j:03d}",
-            f"h{rnd.randrange(n):02d}",
+            f"h{0 if skew and j % 2 == 0 else rnd.randrange(n):02d}",
             mem_mb=rnd.choice([512, 1024, 2048]),
             mem_usage_pct=rnd.uniform(0, 100),
             vcpus=rnd.randint(1, 4),
@@ -213,4 +254,6 @@ def test_fast_and_naive_agree_on_larger_clusters_in_small_blocks(seed: int, monk
     ]
     naive = naive_failing_hosts(hosts, vms)
     monkeypatch.setattr(ha, "_BLOCK_CELLS", 3 * n)
+    monkeypatch.setattr(ha, "_FIRST_COLUMNS", 2)
+    monkeypatch.setattr(ha, "_CHUNK", 5)
     assert failing_hosts(hosts, vms) == naive
