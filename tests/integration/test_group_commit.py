@@ -31,9 +31,11 @@ GROUP = 8
 
 @pytest.fixture(scope="module")
 async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
-    """One selector (so one group holds every waiting request), a filter-worker and the tracker."""
+    """One selector (so one group holds every waiting request), a filter-worker and the tracker.
+    Aging is slowed to a minute so the waits of these tests do not reorder them (the unit tests
+    of scheduling.queueing pin aging)."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP})
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP, "priority_aging_s": 60.0})
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):
         yield cfg
 
@@ -113,7 +115,7 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
             async with ClusterLock(redis, stack).hold(cluster):
                 vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=1024, vcpus=1) for i in range(3 * GROUP)]
                 plain = [asyncio.create_task(client.schedule(cluster, vm)) for vm in vms]
-                await asyncio.sleep(0.3)
+                await asyncio.sleep(1.0)  # the plain ones reach the selector first
                 urgent = asyncio.create_task(
                     client.schedule(cluster, factories.vm_spec(f"{unique}-urgent", mem_mb=1024, vcpus=1), priority=10)
                 )
@@ -124,7 +126,7 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
                         deadline=datetime.now(UTC) + timedelta(seconds=20),
                     )
                 )
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.5)  # generous: under load delivery is slower
         finally:
             await redis.aclose()
         first, second, rest = await urgent, await soon, await asyncio.gather(*plain)

@@ -53,7 +53,7 @@ async def test_a_failing_request_does_not_fail_its_group(stack: Settings, buses:
                     asyncio.create_task(client.schedule(cluster, factories.vm_spec(n, mem_mb=512, vcpus=1)))
                     for n in names
                 ]
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(1.0)
         finally:
             await redis.aclose()
         a, bad, c_ = await asyncio.gather(*sent)
