@@ -236,7 +236,7 @@ class ClusterLock:
             return False
         ok = await self._extend(keys=[self._keys.lock(lease.cluster_id)], args=[lease.value, _ms(ttl)])
         if ok:
-            lease.renewed_at, lease.lease_s = started, ttl
+            lease.renewed_at, lease.lease_s = started, _local_ttl(ttl)
         return bool(ok)
 
     async def current_token(self, cluster_id: str) -> int:
@@ -371,7 +371,7 @@ class ClusterLock:
             token=int(value),
             owner=owner,
             hold_s=hold_s,
-            lease_s=min(self.lease_s, hold_s),
+            lease_s=_local_ttl(min(self.lease_s, hold_s)),
             waited_s=waited_s + (time.monotonic() - started),
             started_at=started,
         )
@@ -386,6 +386,14 @@ class ClusterLock:
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+def _local_ttl(seconds: float) -> float:
+    """How long this process counts a lock it set for `seconds` as held. Redis was told whole
+    milliseconds and counts them from its own millisecond clock, so the key can go up to a
+    millisecond before `seconds` after the local start: one millisecond less keeps the local
+    estimate from outliving the key, so valid() is false once another holder can have it."""
+    return max(0, _ms(seconds) - 1) / 1000
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
