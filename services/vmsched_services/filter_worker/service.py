@@ -10,7 +10,7 @@ from __future__ import annotations
 from vmsched import constants as c
 from vmsched.contracts import FilterReply, FilterRequest
 from vmsched.runtime import Runtime
-from vmsched.scheduling.pipeline import rank, run_filters
+from vmsched.scheduling.pipeline import screen
 
 
 class FilterWorker:
@@ -21,11 +21,9 @@ class FilterWorker:
         # A candidate missing here would silently drop out of the answer: StaleState instead.
         _, table = await self.rt.state.table_with(req.cluster_id, req.state_version, req.candidates)
         hosts = table.view(req.candidates, req.pending, now=req.now)
-        outcome = run_filters(hosts, req.vm, req.filters)
+        weights = req.weights if req.weigh else None
+        outcome, scores = screen(hosts, req.vm, req.filters, weights, req.selector, top=req.top)
         survivors = list(outcome.survivors.ids)
-        scores = None
-        if req.weigh and len(survivors) > 1:
-            scores = rank(outcome.survivors, req.vm, req.weights, req.selector, top=req.top)
         return FilterReply(request_id=req.request_id, survivors=survivors, removed=outcome.removed, scores=scores)
 
 

@@ -57,6 +57,7 @@ from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
+from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts, unweighed
 from vmsched.scheduling.placement import Placed, Unplaceable, WaitForPending, pending_entry, place
@@ -71,13 +72,11 @@ log = get_logger("vmsched.selector")
 _STAGES: ContextVar[dict[str, float]] = ContextVar("selector_stages")
 
 
-def _lap(stage: str, since: float) -> float:
-    """Add the time since `since` to `stage`; return now, the start of the next stage."""
-    now = time.perf_counter()
+def _lap(stage: str, since: float) -> None:
+    """Add the time since `since` to `stage` of the current request."""
     stages = _STAGES.get(None)
     if stages is not None:
-        stages[stage] = round(stages.get(stage, 0.0) + (now - since) * 1000, 3)
-    return now
+        _lap_into(stages, stage, since)
 
 
 @contextmanager
@@ -115,22 +114,20 @@ class _Turn:
     stages: dict[str, float]
     #: What the decision order looks at (priority, time queued, deadline, size).
     waiting: Waiting = field(init=False)
-    done: asyncio.Future[ScheduleDecision | _Stored | int] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future()
-    )
+    done: asyncio.Future[_TurnResult] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def __post_init__(self) -> None:
         now = time.monotonic()
         deadline = None
         if self.req.deadline is not None:
             deadline = now + (self.req.deadline - datetime.now(UTC)).total_seconds()
-        vms = self.req.vms
+        costs = [vm_cost(v) for v in self.req.vms]
         self.waiting = Waiting(
             priority=self.req.priority,
             enqueued_at=now,
             deadline=deadline,
-            mem_mb=sum(v.mem_mb + v.overhead_mb for v in vms),
-            vcpus=sum(v.vcpus for v in vms),
+            mem_mb=sum(c.mem_mb for c in costs),
+            vcpus=sum(c.vcpus for c in costs),
         )
 
 
@@ -139,6 +136,12 @@ def _settle(turn: _Turn, result: _TurnResult) -> None:
     decision is there for the request id's replay)."""
     if not turn.done.done():
         turn.done.set_result(result)
+
+
+def _fail(turn: _Turn, exc: BaseException) -> None:
+    """Hand a turn the failure that ended it, unless its caller gave up waiting."""
+    if not turn.done.done():
+        turn.done.set_exception(exc)
 
 
 def _one_group(queue: deque[_Turn], size: int, aging_s: float) -> tuple[list[_Turn], list[_Turn]]:
@@ -359,8 +362,7 @@ class Selector:
             if not group:  # the lock was never taken: the turns waiting for it hear why
                 group = [queue.popleft() for _ in range(min(len(queue), self.settings.group_max))]
             for turn in [*group, *again]:
-                if not turn.done.done():
-                    turn.done.set_exception(exc)
+                _fail(turn, exc)
 
     async def _decide_group(self, cluster: str, group: list[_Turn], token: int) -> None:
         t = time.perf_counter()
@@ -370,19 +372,19 @@ class Selector:
         for turn in group:
             _lap_into(turn.stages, "read_state", t)
         placed: list[tuple[_Turn, Placed]] = []
+        seen = list(pending)  # the cluster's pending, then what the group placed so far
         for turn in group:
             _STAGES.set(turn.stages)
-            earlier = [e for _, p in placed for e in p.pending]
             try:
-                result = await self._turn(turn, token, pending_version, [*pending, *earlier], version, table)
+                result = await self._turn(turn, token, pending_version, seen, version, table)
             except VmschedError as exc:
                 # This request's own failure (a worker that died under its call, a refused request):
                 # it hears why; the rest of the group goes on.
-                if not turn.done.done():
-                    turn.done.set_exception(exc)
+                _fail(turn, exc)
                 continue
             if isinstance(result, Placed):
                 placed.append((turn, result))
+                seen.extend(result.pending)
             else:
                 _settle(turn, result)
         # A request whose deadline passed while its group was decided is not placed; the later
@@ -410,8 +412,8 @@ class Selector:
         # go through those steps side by side, so their round trips and confirms overlap.
         results = await asyncio.gather(*(store(turn, p) for turn, p in placed), return_exceptions=True)
         for (turn, _), result in zip(placed, results, strict=True):
-            if isinstance(result, BaseException) and not turn.done.done():
-                turn.done.set_exception(result)
+            if isinstance(result, BaseException):
+                _fail(turn, result)
 
     async def _turn(
         self,

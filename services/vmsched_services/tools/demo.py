@@ -143,10 +143,10 @@ class Run:
     placed_per_cluster: Counter[str] = field(default_factory=Counter)
     placements: dict[str, tuple[str, str, VmSpec]] = field(default_factory=dict)
     done: int = 0
+    by_host: dict[str, SimHost] = field(init=False)
 
-    @property
-    def by_host(self) -> dict[str, SimHost]:
-        return {h.host_id: h for hosts in self.dc.values() for h in hosts}
+    def __post_init__(self) -> None:
+        self.by_host = {h.host_id: h for hosts in self.dc.values() for h in hosts}
 
     async def report_datacenter(self) -> None:
         """Every cluster and host reported, then waited for until the state tracker knows them all."""
@@ -163,7 +163,6 @@ class Run:
     async def schedule_all(self, work: list[tuple[str, VmSpec]], concurrency: int) -> float:
         """Schedule every request, `concurrency` at a time; returns the wall time in seconds."""
         gate = asyncio.Semaphore(concurrency)
-        by_host = self.by_host
         began = time.perf_counter()
 
         async def one(cid: str, vm: VmSpec) -> None:
@@ -178,7 +177,7 @@ class Run:
                 else:
                     self.tally.latencies_ms.append((time.perf_counter() - t0) * 1000)
             if d is not None:
-                self.record(cid, vm, d, by_host)
+                self.record(cid, vm, d)
             self.done += 1
             if not self.json_output:
                 placed, unplaceable = self.tally.statuses["placed"], self.tally.statuses["unplaceable"]
@@ -191,11 +190,11 @@ class Run:
         await asyncio.gather(*self.starts)
         return wall
 
-    def record(self, cid: str, vm: VmSpec, d: ScheduleDecision, by_host: dict[str, SimHost]) -> None:
+    def record(self, cid: str, vm: VmSpec, d: ScheduleDecision) -> None:
         """Count a decision; a placed VM is remembered on its host and started, as an engine would."""
         self.tally.statuses[d.status.value] += 1
         if d.status is DecisionStatus.PLACED and d.host_id is not None:
-            by_host[d.host_id].placed_mem_mb += vm.mem_mb + vm.overhead_mb
+            self.by_host[d.host_id].placed_mem_mb += vm.mem_mb + vm.overhead_mb
             self.placements[vm.vm_id] = (cid, d.host_id, vm)
             self.placed_per_cluster[cid] += 1
             self.starts.append(asyncio.create_task(self.start_vm(vm, cid, d.host_id)))

@@ -131,6 +131,23 @@ def rank(
     return select(ids, calls, run_weights(hosts, vm, calls), selector, top=top)
 
 
+def screen(
+    hosts: HostTable,
+    vm: VmSpec,
+    filters: Sequence[UnitCall],
+    weights: Sequence[UnitCall] | None,
+    selector: str,
+    *,
+    top: int | None = None,
+) -> tuple[FilterOutcome, ScoreTable | None]:
+    """The filter step: run the filters, then, when `weights` is given (None: weigh elsewhere) and
+    two or more hosts survive, rank the survivors as the weigh step would."""
+    outcome = run_filters(hosts, vm, filters)
+    if weights is None or len(outcome.survivors) < 2:
+        return outcome, None
+    return outcome, rank(outcome.survivors, vm, weights, selector, top=top)
+
+
 def unweighed(host_ids: Sequence[str], selector: str, *, top: int | None = None) -> ScoreTable:
     """The ranking when a policy has no weight units: the hosts in the order they came."""
     kept = list(host_ids) if top is None else list(host_ids[:top])

@@ -21,7 +21,7 @@ from uuid import UUID
 from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.pipeline import rank, run_filters, summarize
+from vmsched.scheduling.pipeline import rank, screen, summarize
 from vmsched.scheduling.policy import Policy
 
 
@@ -172,12 +172,10 @@ class LocalSteps:
         self._weights = policy.weight_calls()
 
     async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
-        out = run_filters(self.hosts.view(ids, seen, now=self.now), vm, self._filters)
-        survivors = list(out.survivors.ids)
-        scores = None
-        if self.weigh_in_filter and len(survivors) > 1:
-            scores = rank(out.survivors, vm, self._weights, self.policy.selector, top=self.top)
-        return Screening(survivors, out.removed, scores)
+        view = self.hosts.view(ids, seen, now=self.now)
+        weights = self._weights if self.weigh_in_filter else None
+        out, scores = screen(view, vm, self._filters, weights, self.policy.selector, top=self.top)
+        return Screening(list(out.survivors.ids), out.removed, scores)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
         return rank(self.hosts.view(ids, seen, now=self.now), vm, self._weights, self.policy.selector, top=self.top)
