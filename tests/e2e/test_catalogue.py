@@ -105,7 +105,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
             AffinityGroup(group_id="apart", vms=["other"], vm_rule=AffinityRule(positive=False, enforcing=True))
         ],
     )
-    d = await client.schedule(cluster, vm, explain_scores=True, timeout=20)
+    d = await client.schedule(cluster, vm, explain_scores=True, explain_hosts=True, timeout=20)
     assert d.status is DecisionStatus.PLACED, d.explanation.summary
     removed = {f.host_id: f.filter for f in d.explanation.filtered}
     assert removed == {

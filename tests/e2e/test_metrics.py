@@ -61,7 +61,8 @@ async def test_selector_exports_decisions_lock_wait_and_rpc_latency(
         others.stop_all()
     assert 'vmsched_decisions_total{status="placed"} 1.0' in text
     assert "vmsched_lock_wait_seconds_count 1.0" in text
-    assert 'vmsched_rpc_seconds_count{route="filter"} 1.0' in text
-    # The filter-worker ranked the survivors (VMSCHED_WEIGH_IN_FILTER_WORKER, on by default): one call.
+    assert 'vmsched_rpc_seconds_count{route="place"} 1.0' in text
+    # The filter-worker placed the request (VMSCHED_PLACE_IN_WORKER, on by default): one call.
+    assert 'vmsched_rpc_seconds_count{route="filter"}' not in text
     assert 'vmsched_rpc_seconds_count{route="weigh"}' not in text
     assert 'vmsched_messages_total{outcome="ok",queue="' in text

@@ -42,7 +42,7 @@ async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIte
 
 async def _one_at_a_time(table: HostTable, vms: list[VmSpec]) -> Counter[str]:
     """The same VMs placed one after another in process, each seeing the earlier ones pending."""
-    steps = LocalSteps(table, DEFAULT_POLICY)
+    steps = LocalSteps.of(table, DEFAULT_POLICY)
     pending: list[PendingEntry] = []
     hosts: Counter[str] = Counter()
     for vm in vms:
@@ -53,7 +53,7 @@ async def _one_at_a_time(table: HostTable, vms: list[VmSpec]) -> Counter[str]:
 
         outcome = await place(
             req,
-            DEFAULT_POLICY,
+            DEFAULT_POLICY.filter_names(),
             list(table.ids),
             pending,
             filter_fn=steps.filter,

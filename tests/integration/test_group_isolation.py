@@ -1,5 +1,6 @@
-"""One request's failure inside a group (here: its filter call fails) is that request's error
-decision; the other requests of the group are still decided and committed."""
+"""One request's failure inside a group is that request's error decision; the other requests of the
+group are still decided and committed. Both ways of placing: a `place` call whose result for one
+request is an error (as when a unit refuses that request), and a failing per-VM filter call."""
 
 from __future__ import annotations
 
@@ -11,7 +12,16 @@ import pytest
 from tests import factories
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
-from vmsched.contracts import DecisionStatus, FilterReply, FilterRequest
+from vmsched.contracts import (
+    DecisionStatus,
+    ErrorInfo,
+    FilterReply,
+    FilterRequest,
+    PlaceOutcome,
+    PlaceReply,
+    PlaceRequest,
+    PlaceResult,
+)
 from vmsched.db import migrate
 from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
@@ -22,20 +32,34 @@ from vmsched_services.filter_worker.service import FilterWorker
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
 
-@pytest.fixture(scope="module")
-async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
-    """The tracker and a selector; the filter step is a real FilterWorker that refuses VMs named *-bad."""
+@pytest.fixture(scope="module", params=[True, False], ids=["place", "per-vm"])
+async def stack(
+    request: pytest.FixtureRequest, bus_settings: Settings, buses: Buses, database: str
+) -> AsyncIterator[Settings]:
+    """The tracker and a selector; the worker is a real FilterWorker that refuses VMs named *-bad."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database})
-    async with services(cfg, "state-tracker", "selector", bus=buses):
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "place_in_worker": request.param})
+    async with services(cfg, "state-tracker", "weigher", "selector", bus=buses):
         rt = await buses.runtime(cfg, "picky-filter-worker")
         worker = FilterWorker(rt)
+
+        async def picky_place(req: PlaceRequest) -> PlaceReply:
+            reply = await worker.place(req)
+            refused = ErrorInfo(code="invalid_request", message="refused by the test's filter worker")
+            results = [
+                PlaceResult(request_id=r.request_id, outcome=PlaceOutcome.ERROR, error=refused)
+                if item.request.vm.vm_id.endswith("-bad")
+                else r
+                for item, r in zip(req.items, reply.results, strict=True)
+            ]
+            return reply.model_copy(update={"results": results})
 
         async def picky(req: FilterRequest) -> FilterReply:
             if req.vm.vm_id.endswith("-bad"):
                 raise InvalidRequest(f"{req.vm.vm_id} refused by the test's filter worker", location="vm")
             return await worker.handle(req)
 
+        await rt.bus.serve(c.RPC_PLACE, PlaceRequest, picky_place)
         await rt.bus.serve(c.RPC_FILTER, FilterRequest, picky)
         yield cfg
         await rt.close()
@@ -57,9 +81,10 @@ async def test_a_failing_request_does_not_fail_its_group(stack: Settings, buses:
         finally:
             await redis.aclose()
         a, bad, c_ = await asyncio.gather(*sent)
-    assert a.status is DecisionStatus.PLACED
+    assert a.status is DecisionStatus.PLACED, a.error
     assert c_.status is DecisionStatus.PLACED
     assert a.fencing_token == c_.fencing_token  # one group
     assert bad.status is DecisionStatus.ERROR
     assert bad.error is not None
+    assert bad.error.code == "invalid_request"
     assert "refused by the test's filter worker" in bad.error.message

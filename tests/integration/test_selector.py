@@ -172,6 +172,19 @@ async def test_no_host_and_no_pending_is_unplaceable_with_reasons(client: Schedu
     assert len(d.explanation.filtered) == 3
 
 
+async def test_a_placed_decision_lists_removed_hosts_only_when_asked(client: SchedulerClient, unique: str) -> None:
+    cluster = f"told-{unique}"
+    # The first host lacks the VMs' network.
+    hosts = await make_cluster(client, cluster, 3, vary=lambda i: {"networks": ["other"] if i == 0 else ["vmnet"]})
+    quiet = await client.schedule(cluster, small_vm(0, networks=["vmnet"]))
+    assert quiet.status is DecisionStatus.PLACED
+    assert quiet.explanation.summary.startswith("2/3 hosts available: 1 Network (")
+    assert quiet.explanation.filtered == []
+    told = await client.schedule(cluster, small_vm(1, networks=["vmnet"]), explain_hosts=True)
+    assert told.status is DecisionStatus.PLACED
+    assert [(f.host_id, f.filter) for f in told.explanation.filtered] == [(hosts[0], "Network")]
+
+
 async def test_a_request_past_its_deadline_is_not_placed(client: SchedulerClient, stack: Settings, unique: str) -> None:
     cluster = f"late-{unique}"
     await make_cluster(client, cluster, 2)

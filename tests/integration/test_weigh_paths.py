@@ -1,5 +1,6 @@
-"""Where the survivors are ranked: in the filter-worker (the default, one call per VM) or in the
-weigher (VMSCHED_WEIGH_IN_FILTER_WORKER=false). Both decide, with or without the score table."""
+"""Where requests are placed: in a filter-worker, a group per `place` call (the default; no weigher
+needed), or in the selector, calling filter-workers and weighers per VM
+(VMSCHED_PLACE_IN_WORKER=false). Both decide, with or without the score table."""
 
 from __future__ import annotations
 
@@ -32,19 +33,19 @@ async def _decide_twice(cfg: Settings, buses: Buses, cluster: str) -> None:
         assert [u.unit for u in told.explanation.scores.units] == [w.unit for w in DEFAULT_POLICY.weights]
 
 
-async def test_the_filter_worker_ranks_so_no_weigher_is_needed(
+async def test_the_filter_worker_places_so_no_weigher_is_needed(
     bus_settings: Settings, buses: Buses, database: str, unique: str
 ) -> None:
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "weigh_in_filter_worker": True})
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "place_in_worker": True})
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):  # no weigher
         await _decide_twice(cfg, buses, f"rank-fw-{unique}")
 
 
-async def test_the_weigher_ranks_when_the_filter_worker_is_told_not_to(
+async def test_the_weigher_ranks_when_the_selector_places(
     bus_settings: Settings, buses: Buses, database: str, unique: str
 ) -> None:
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "weigh_in_filter_worker": False})
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "place_in_worker": False})
     async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", bus=buses):
         await _decide_twice(cfg, buses, f"rank-w-{unique}")

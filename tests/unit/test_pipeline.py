@@ -67,7 +67,7 @@ def test_summary_shows_one_reason_when_all_agree_and_the_unit_summary_otherwise(
 
 def decide(t: HostTable, v: VmSpec) -> Placed:
     """The selector's placement function with local steps, for one VM under the default policy."""
-    steps = LocalSteps(t, DEFAULT_POLICY)
+    steps = LocalSteps.of(t, DEFAULT_POLICY)
     req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=v, explain_scores=True)
 
     def no_record(vm: VmSpec, host_id: str) -> PendingEntry:
@@ -76,7 +76,7 @@ def decide(t: HostTable, v: VmSpec) -> Placed:
     outcome = asyncio.run(
         place(
             req,
-            DEFAULT_POLICY,
+            DEFAULT_POLICY.filter_names(),
             list(t.ids),
             [],
             filter_fn=steps.filter,

@@ -31,7 +31,7 @@ class Local(LocalSteps):
     """The library's in-process steps, noting what each filtering saw."""
 
     def __init__(self, hosts: HostTable) -> None:
-        super().__init__(hosts, POLICY)
+        super().__init__(hosts, POLICY.filter_calls(), POLICY.weight_calls(), POLICY.selector)
         self.filtered: list[tuple[str, int]] = []  # (vm, pending records it saw)
 
     async def filter(self, v: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
@@ -54,7 +54,7 @@ def run(
     outcome = asyncio.run(
         place(
             req,
-            POLICY,
+            POLICY.filter_names(),
             list(hosts.ids),
             pending or [],
             filter_fn=local.filter,
@@ -96,7 +96,7 @@ def test_no_candidates_is_unplaceable_without_calling_the_filters() -> None:
     outcome = asyncio.run(
         place(
             request(vm()),
-            POLICY,
+            POLICY.filter_names(),
             [],
             [],
             filter_fn=local.filter,
@@ -120,7 +120,7 @@ def test_a_vm_pending_outside_the_candidates_is_still_found_by_affinity() -> Non
     outcome = asyncio.run(
         place(
             request(vm(vm_id="v2", affinity_groups=[together])),
-            POLICY,
+            POLICY.filter_names(),
             ["a", "b"],  # c is not a candidate (blacklisted, say)
             [member],
             filter_fn=local.filter,
@@ -164,7 +164,7 @@ def _place_with(steps: LocalSteps, req: ScheduleRequest, policy: Policy) -> Outc
     return asyncio.run(
         place(
             req,
-            policy,
+            policy.filter_names(),
             list(steps.hosts.ids),
             [],
             filter_fn=steps.filter,
@@ -185,8 +185,8 @@ def test_ranking_in_the_filter_step_or_only_the_best_few_decides_the_same(
     weigh step makes."""
     hosts, req, policy = case
     top = None if req.explain_scores else 1 + req.max_alternates
-    separate = _place_with(LocalSteps(hosts, policy), req, policy)
-    combined = _place_with(LocalSteps(hosts, policy, weigh_in_filter=True, top=top), req, policy)
+    separate = _place_with(LocalSteps.of(hosts, policy), req, policy)
+    combined = _place_with(LocalSteps.of(hosts, policy, weigh_in_filter=True, top=top), req, policy)
     assert type(combined) is type(separate)
     if isinstance(separate, Placed):
         assert isinstance(combined, Placed)

@@ -67,6 +67,7 @@ class SchedulerClient:
         deadline: datetime | None = None,
         priority: int = 0,
         explain_scores: bool = False,
+        explain_hosts: bool = False,
         batch: Sequence[VmSpec] = (),
         timeout: float | None = None,
     ) -> ScheduleDecision:
@@ -83,6 +84,7 @@ class SchedulerClient:
             deadline=deadline,
             priority=priority,
             explain_scores=explain_scores,
+            explain_hosts=explain_hosts,
             batch=list(batch),
         )
         return await self.send(request, timeout=timeout)

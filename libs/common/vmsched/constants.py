@@ -23,6 +23,7 @@ DEAD_LETTER_QUEUE: Final = "vmsched.dead-letter"
 # ---------------------------------------------------------------- RabbitMQ: RPC routing keys
 RPC_SCHEDULE: Final = "schedule"
 RPC_FILTER: Final = "filter"
+RPC_PLACE: Final = "place"
 RPC_WEIGH: Final = "weigh"
 RPC_STATE: Final = "state"
 RPC_HA_CHECK: Final = "ha-check"
@@ -31,6 +32,7 @@ RPC_HA_CHECK: Final = "ha-check"
 RPC_QUEUES: Final[dict[str, str]] = {
     RPC_SCHEDULE: "vmsched.selector.schedule",
     RPC_FILTER: "vmsched.filter-worker.filter",
+    RPC_PLACE: "vmsched.filter-worker.place",
     RPC_WEIGH: "vmsched.weigher.weigh",
     RPC_STATE: "vmsched.state-tracker.state",
     RPC_HA_CHECK: "vmsched.ha-monitor.check",

@@ -32,9 +32,11 @@ class Settings(BaseSettings):
     pending_ttl_s: float = Field(120.0, gt=0)
     #: How long a request with no host waits for pending resources to change before its one retry.
     pending_wait_s: float = Field(2.0, ge=0)
-    #: The filter-worker also weighs and ranks the survivors, saving one bus call per VM. False sends
-    #: weighing to the weighers instead (scale them apart for policies whose weights dominate).
-    weigh_in_filter_worker: bool = True
+    #: The selector sends each group of requests to a filter-worker in one `place` call, which
+    #: filters, weighs and selects there. False places in the selector, asking the filter-workers to
+    #: filter and the weighers to weigh, one call each per VM (scale weighers apart for policies
+    #: whose weights dominate; slower: two bus hops per VM instead of one per group).
+    place_in_worker: bool = True
     #: Requests for one cluster a selector decides back to back under one lock acquisition (each
     #: seeing the earlier ones as pending, as if they came one at a time); 1 decides one at a time.
     group_max: int = Field(32, ge=1, le=1000)

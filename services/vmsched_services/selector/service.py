@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TypeAlias
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import structlog
 
@@ -44,7 +44,12 @@ from vmsched.contracts import (
     FilterReply,
     FilterRequest,
     PendingEntry,
+    PlaceItem,
     Placement,
+    PlaceOutcome,
+    PlaceReply,
+    PlaceRequest,
+    PlaceResult,
     ScheduleDecision,
     ScheduleRequest,
     ScoreTable,
@@ -52,7 +57,7 @@ from vmsched.contracts import (
     WeighReply,
     WeighRequest,
 )
-from vmsched.errors import InvalidRequest, LockTimeout, VmschedError
+from vmsched.errors import InvalidRequest, LockTimeout, RemoteError, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
@@ -60,7 +65,7 @@ from vmsched.runtime import Runtime
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts, unweighed
-from vmsched.scheduling.placement import Placed, Unplaceable, WaitForPending, pending_entry, place
+from vmsched.scheduling.placement import Placed, Screening, Unplaceable, WaitForPending, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.queueing import Waiting, decision_order
 from vmsched.store import ClusterLock, DecisionStore, PendingStore
@@ -170,10 +175,16 @@ def _one_group(queue: deque[_Turn], size: int, aging_s: float) -> tuple[list[_Tu
     return group, again
 
 
-def _top(req: ScheduleRequest) -> int | None:
-    """How many ranked hosts a worker answers: the best and its alternates, unless the request
-    wants the whole score table."""
-    return None if req.explain_scores else 1 + req.max_alternates
+def _runs(turns: list[_Turn]) -> list[list[_Turn]]:
+    """The turns cut where the policy changes (it can, between requests that waited for the lock):
+    one `place` call runs one policy."""
+    runs: list[list[_Turn]] = []
+    for turn in turns:
+        if runs and runs[-1][0].policy == turn.policy:
+            runs[-1].append(turn)
+        else:
+            runs.append([turn])
+    return runs
 
 
 @dataclass(frozen=True)
@@ -216,14 +227,17 @@ class Selector:
             policy_name = policy.name
             outcome = await self._schedule(req, policy, started, fingerprint)
         except VmschedError as exc:
-            log.warning("request failed", code=exc.code, error=str(exc))
+            # A worker's refusal carries the worker's own code (unknown_policy_unit, ...), which is
+            # what the engine can act on, not the bus's "remote_error".
+            code = exc.remote_code if isinstance(exc, RemoteError) else exc.code
+            log.warning("request failed", code=code, error=str(exc))
             outcome = self._decision(
                 req,
                 started,
                 DecisionStatus.ERROR,
                 Explanation(summary=f"not scheduled: {exc}"[:2000], candidates=0),
                 policy=policy_name,
-                error=ErrorInfo(code=exc.code, message=str(exc)[:2000]),
+                error=ErrorInfo(code=code, message=str(exc)[:2000]),
             )
             # Errors are not stored: the same request may succeed once the cause is fixed.
         if isinstance(outcome, ScheduleDecision):
@@ -368,10 +382,37 @@ class Selector:
         t = time.perf_counter()
         # Pending first, then state (see state_tracker): a VM is never counted nowhere.
         pending_version, pending = await self.pending.snapshot(cluster)
-        version, table = await self.rt.state.table(cluster)
-        for turn in group:
-            _lap_into(turn.stages, "read_state", t)
-        placed: list[tuple[_Turn, Placed]] = []
+        if self.settings.place_in_worker:
+            version = await self.rt.state.version(cluster)
+            for turn in group:
+                _lap_into(turn.stages, "read_state", t)
+            placed = await self._place_in_workers(cluster, group, token, pending_version, pending, version)
+        else:
+            version, table = await self.rt.state.table(cluster)
+            for turn in group:
+                _lap_into(turn.stages, "read_state", t)
+            placed = await self._place_here(group, token, pending_version, pending, version, table)
+        # A request whose deadline passed while its group was decided is not placed; the later
+        # ones saw its VMs as pending, which only made them more careful.
+        for turn, _, _ in placed:
+            if self._expired(turn.req):
+                _settle(turn, self._expired_decision(turn.req, turn.started, turn.policy))
+        placed = [p for p in placed if not p[0].done.done()]
+        if placed:
+            await self._commit_group(cluster, placed, token)
+
+    async def _place_here(
+        self,
+        group: list[_Turn],
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+        table: HostTable,
+    ) -> list[tuple[_Turn, Placed, int]]:
+        """Place the group's requests one by one in this process, calling the filter-workers and the
+        weighers for each VM (VMSCHED_PLACE_IN_WORKER=false)."""
+        placed: list[tuple[_Turn, Placed, int]] = []
         seen = list(pending)  # the cluster's pending, then what the group placed so far
         for turn in group:
             _STAGES.set(turn.stages)
@@ -383,35 +424,128 @@ class Selector:
                 _fail(turn, exc)
                 continue
             if isinstance(result, Placed):
-                placed.append((turn, result))
+                placed.append((turn, result, version))
                 seen.extend(result.pending)
             else:
                 _settle(turn, result)
-        # A request whose deadline passed while its group was decided is not placed; the later
-        # ones saw its VMs as pending, which only made them more careful.
-        for turn, _ in placed:
-            if self._expired(turn.req):
-                _settle(turn, self._expired_decision(turn.req, turn.started, turn.policy))
-        placed = [(turn, p) for turn, p in placed if not turn.done.done()]
-        if placed:
-            await self._commit_group(cluster, placed, version, token)
+        return placed
 
-    async def _commit_group(self, cluster: str, placed: list[tuple[_Turn, Placed]], version: int, token: int) -> None:
+    async def _place_in_workers(
+        self,
+        cluster: str,
+        group: list[_Turn],
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+    ) -> list[tuple[_Turn, Placed, int]]:
+        """Send the group to a filter-worker in one `place` call (one per run of requests under the
+        same policy, in case the policy changed while they waited): it filters, weighs and selects
+        each request in order, each seeing the earlier ones as pending."""
+        live: list[_Turn] = []
+        for turn in group:
+            found = await self._decided_meanwhile(turn.req, turn.fingerprint)
+            if found is not None:
+                _settle(turn, found)
+            elif self._expired(turn.req):
+                _settle(turn, self._expired_decision(turn.req, turn.started, turn.policy))
+            else:
+                live.append(turn)
+        placed: list[tuple[_Turn, Placed, int]] = []
+        seen = list(pending)
+        for run in _runs(live):
+            t = time.perf_counter()
+            try:
+                reply = await self._place_call(cluster, run, version, seen)
+            except VmschedError as exc:  # no worker answered, or it failed on the whole group
+                for turn in run:
+                    _fail(turn, exc)
+                continue
+            for turn in run:
+                _lap_into(turn.stages, "place", t)
+            for turn, result in zip(run, reply.results, strict=True):
+                outcome = await self._outcome(turn, result, token, pending_version, reply.state_version)
+                if isinstance(outcome, Placed):
+                    placed.append((turn, outcome, reply.state_version))
+                    seen.extend(outcome.pending)
+        return placed
+
+    async def _place_call(
+        self, cluster: str, run: list[_Turn], version: int, pending: list[PendingEntry]
+    ) -> PlaceReply:
+        policy = run[0].policy
+        may_wait = self.settings.pending_wait_s > 0
+        reply = await self.rt.bus.call(
+            c.RPC_PLACE,
+            PlaceRequest(
+                request_id=uuid4(),
+                cluster_id=cluster,
+                state_version=version,
+                items=[PlaceItem(request=t.req, may_wait=t.may_wait and may_wait) for t in run],
+                filters=policy.filter_calls(),
+                weights=policy.weight_calls(),
+                selector=policy.selector,
+                pending=pending,
+                now=time.time(),
+                pending_ttl_s=self.settings.pending_ttl_s,
+            ),
+            PlaceReply,
+        )
+        if [r.request_id for r in reply.results] != [t.req.request_id for t in run]:
+            raise InvalidRequest("a filter-worker answered a place call with results for other requests")
+        return reply
+
+    async def _outcome(
+        self, turn: _Turn, result: PlaceResult, token: int, pending_version: int, version: int
+    ) -> Placed | None:
+        """Settle a request from its `place` result; its placements to commit when it was placed."""
+        if result.outcome is PlaceOutcome.PLACED and result.explanation is not None:
+            expires = time.time() + self.settings.pending_ttl_s
+            vms = {vm.vm_id: vm for vm in turn.req.vms}
+            entries = [
+                pending_entry(
+                    vms[p.vm_id], p.host_id, request_id=turn.req.request_id, fencing_token=token, expires_at=expires
+                )
+                for p in result.placements
+            ]
+            return Placed(result.placements, entries, result.explanation)
+        if result.outcome is PlaceOutcome.UNPLACEABLE and result.explanation is not None:
+            decision = self._decision(
+                turn.req,
+                turn.started,
+                DecisionStatus.UNPLACEABLE,
+                result.explanation,
+                policy=turn.policy.name,
+                version=version,
+                retried=turn.retried,
+            )
+            try:
+                _settle(turn, await self._store(turn.fingerprint, token, decision))
+            except VmschedError as exc:
+                _fail(turn, exc)
+        elif result.outcome is PlaceOutcome.WAIT:
+            _settle(turn, pending_version)
+        else:
+            error = result.error or ErrorInfo(code="internal", message="the filter-worker gave no result")
+            _fail(turn, RemoteError(error.code, error.message))
+        return None
+
+    async def _commit_group(self, cluster: str, placed: list[tuple[_Turn, Placed, int]], token: int) -> None:
         """One fenced pending write for the group, then each decision stored, published, marked."""
         t = time.perf_counter()
-        await self.pending.record(cluster, [e for _, p in placed for e in p.pending], token)
-        for turn, _ in placed:
+        await self.pending.record(cluster, [e for _, p, _ in placed for e in p.pending], token)
+        for turn, _, _ in placed:
             _lap_into(turn.stages, "record_pending", t)
 
-        async def store(turn: _Turn, outcome: Placed) -> None:
+        async def store(turn: _Turn, outcome: Placed, version: int) -> None:
             _STAGES.set(turn.stages)  # this task's own context: the publish is timed for its request
             decision = self._placed_decision(turn, outcome, version, token)
             _settle(turn, await self._store(turn.fingerprint, token, decision))
 
         # Each decision is stored, then published, then marked, in that order; the group's decisions
         # go through those steps side by side, so their round trips and confirms overlap.
-        results = await asyncio.gather(*(store(turn, p) for turn, p in placed), return_exceptions=True)
-        for (turn, _), result in zip(placed, results, strict=True):
+        results = await asyncio.gather(*(store(*p) for p in placed), return_exceptions=True)
+        for (turn, _, _), result in zip(placed, results, strict=True):
             if isinstance(result, BaseException):
                 _fail(turn, result)
 
@@ -439,9 +573,10 @@ class Selector:
         cands = candidate_hosts(table, req.whitelist, req.blacklist)
         ours = {vm.vm_id for vm in req.vms}
 
-        async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> FilterReply:
+        async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> Screening:
             with _stage("filter"):
-                return await self._filter(req, vm, policy, version, hosts, seen)
+                reply = await self._filter(req, vm, policy, version, hosts, seen)
+            return Screening(reply.survivors, reply.removed)
 
         async def weigh_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> ScoreTable:
             with _stage("weigh"):
@@ -453,7 +588,7 @@ class Selector:
 
         outcome = await place(
             req,
-            policy,
+            policy.filter_names(),
             cands.ids,
             [e for e in pending if e.vm_id not in ours],
             filter_fn=filter_fn,
@@ -512,7 +647,6 @@ class Selector:
         candidates: list[str],
         pending: list[PendingEntry],
     ) -> FilterReply:
-        weigh_here = self.settings.weigh_in_filter_worker
         return await self.rt.bus.call(
             c.RPC_FILTER,
             FilterRequest(
@@ -524,10 +658,6 @@ class Selector:
                 filters=policy.filter_calls(),
                 pending=pending,
                 now=time.time(),
-                weigh=weigh_here,
-                weights=policy.weight_calls() if weigh_here else [],
-                selector=policy.selector,
-                top=_top(req),
             ),
             FilterReply,
         )
@@ -543,7 +673,7 @@ class Selector:
     ) -> ScoreTable:
         calls = policy.weight_calls()
         if not calls:
-            return unweighed(hosts, policy.selector, top=_top(req))
+            return unweighed(hosts, policy.selector, top=top_hosts(req))
         reply = await self.rt.bus.call(
             c.RPC_WEIGH,
             WeighRequest(
@@ -554,7 +684,7 @@ class Selector:
                 hosts=hosts,
                 weights=calls,
                 selector=policy.selector,
-                top=_top(req),
+                top=top_hosts(req),
                 pending=pending,
                 now=time.time(),
             ),

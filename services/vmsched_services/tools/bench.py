@@ -68,7 +68,7 @@ from vmsched.logging import configure
 from vmsched.scheduling.ha import check, naive_failing_hosts
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
-from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
+from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
 from vmsched.scheduling.units import REGISTRY, validate_properties
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
@@ -164,10 +164,10 @@ async def bench_in_process(
             t0 = time.perf_counter()
             req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="inproc", vm=vm)
             # As the selector asks the workers by default: rank in the filter step, best 1 + alternates only.
-            steps = LocalSteps(table, policy, now=time.time(), weigh_in_filter=True, top=1 + req.max_alternates)
+            steps = LocalSteps.of(table, policy, now=time.time(), weigh_in_filter=True, top=top_hosts(req))
             outcome = await place(
                 req,
-                policy,
+                policy.filter_names(),
                 candidate_hosts(table, req.whitelist, req.blacklist).ids,
                 [],
                 filter_fn=steps.filter,

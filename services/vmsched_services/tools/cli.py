@@ -74,6 +74,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                     blacklist=args.exclude or (),
                     max_alternates=args.alternates,
                     explain_scores=args.scores,
+                    explain_hosts=args.hosts,
                     timeout=args.timeout,
                 )
             except VmschedError as exc:
@@ -291,6 +292,9 @@ def _add_engine_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     s.add_argument("--exclude", action="append", help="a host not to use (repeatable)")
     s.add_argument("--alternates", type=int, default=3)
     s.add_argument("--scores", action="store_true", help="include the score table (vmsched explain shows it)")
+    s.add_argument(
+        "--hosts", action="store_true", help="list every removed host with its reason, even when the VM is placed"
+    )
     s.add_argument("--timeout", type=float, default=None)
     s.add_argument("--json", action="store_true")
     s.set_defaults(fn=cmd_schedule)

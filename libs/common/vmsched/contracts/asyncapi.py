@@ -27,6 +27,8 @@ from vmsched.contracts.workers import (
     ErrorReply,
     FilterReply,
     FilterRequest,
+    PlaceReply,
+    PlaceRequest,
     PolicyChanged,
     StateRequest,
     WeighReply,
@@ -42,6 +44,15 @@ RPCS: list[tuple[str, str, type[Message], type[Message], str, str]] = [
         ScheduleDecision,
         "selector",
         "Where should this VM run? The engine's entry point.",
+    ),
+    (
+        "place",
+        c.RPC_PLACE,
+        PlaceRequest,
+        PlaceReply,
+        "filter-worker",
+        "Place a group of one cluster's schedule requests, in order: filter, weigh, select (selector to "
+        "filter-worker; the default).",
     ),
     (
         "filter",

@@ -127,6 +127,10 @@ class ScheduleRequest(Message):
     #: and 19 weight units the table is ~40,000 numbers, serialized for the decision store, the
     #: decision event and the reply, which cost more than the decision itself.
     explain_scores: Bool = False
+    #: Include every removed host with its filter and reason in a placed decision's explanation.
+    #: Off unless asked: the summary already counts the removals per filter, and an unplaceable
+    #: decision always lists every host with its reason.
+    explain_hosts: Bool = False
     #: More VMs placed together with `vm`, in order, all or none (oVirt batch start, Nova
     #: multi-instance): each is filtered and weighed after the earlier ones virtually consumed
     #: their hosts, so they spread (or stack) and honour affinity among themselves.

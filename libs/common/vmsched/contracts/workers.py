@@ -2,17 +2,30 @@
 
 Requests carry the cluster's state *version*, not its hosts: every worker keeps a versioned copy of
 each cluster's state (vmsched.store.StateCache) and catches up to the version asked for, so the host
-list never crosses the bus on the hot path. Only the candidate ids and the few pending entries do.
+list never crosses the bus on the hot path. `place` (the default) sends a group of schedule requests
+and the cluster's pending entries, and gets placements back; `filter` and `weigh` (one VM at a
+time, when weighing runs on the weighers) carry the candidate ids.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from uuid import UUID
 
 from pydantic import Field
 
 from vmsched.contracts.base import MAX_INT, Bool, Float, Id, Int, Message, Name, PropertyValue
-from vmsched.contracts.scheduling import MAX_HOSTS, FilteredHost, PendingEntry, ScoreTable, VmSpec
+from vmsched.contracts.scheduling import (
+    MAX_HOSTS,
+    ErrorInfo,
+    Explanation,
+    FilteredHost,
+    PendingEntry,
+    Placement,
+    ScheduleRequest,
+    ScoreTable,
+    VmSpec,
+)
 
 
 class UnitCall(Message):
@@ -24,7 +37,8 @@ class UnitCall(Message):
 
 
 class FilterRequest(Message):
-    """RPC `filter`: run these filters, in order, over these candidates."""
+    """RPC `filter`: run these filters, in order, over these candidates (one VM; the selector sends
+    it when it places itself, VMSCHED_PLACE_IN_WORKER=false)."""
 
     request_id: UUID
     cluster_id: Id
@@ -35,20 +49,12 @@ class FilterRequest(Message):
     pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
     #: The decision's instant (unix seconds): units judging time (heartbeats, load duration) use it.
     now: Float = 0.0
-    #: Also weigh and rank the survivors here when two or more survive, saving the selector a
-    #: second call (the weigher's RPC): `weights`, `selector` and `top` as in WeighRequest.
-    weigh: Bool = False
-    weights: list[UnitCall] = Field(default_factory=list, max_length=256)
-    selector: Name = "RankSelector"
-    top: Int | None = Field(None, ge=1, le=MAX_HOSTS)
 
 
 class FilterReply(Message):
     request_id: UUID
     survivors: list[Id] = Field(max_length=MAX_HOSTS)
     removed: list[FilteredHost] = Field(max_length=MAX_HOSTS)
-    #: The survivors ranked, when the request asked to weigh and two or more survived.
-    scores: ScoreTable | None = None
 
 
 class WeighRequest(Message):
@@ -75,6 +81,70 @@ class WeighReply(Message):
     request_id: UUID
     #: The hosts best first (all of them, or the best `top`), with the per-unit table when asked.
     scores: ScoreTable
+
+
+class PlaceItem(Message):
+    """One schedule request of a `place` group."""
+
+    request: ScheduleRequest
+    #: When no host fits but memory is pending on a candidate, answer `wait` instead of
+    #: `unplaceable` (the selector then waits for pending to change and retries once).
+    may_wait: Bool = False
+
+
+class PlaceRequest(Message):
+    """RPC `place`: place these schedule requests of one cluster, in order, each seeing the VMs the
+    earlier ones placed as pending (as if they came one at a time): filter, weigh and select, all
+    on the worker's copy of the cluster's state at `state_version` or later."""
+
+    #: Names this group in logs; not a schedule request's id.
+    request_id: UUID
+    cluster_id: Id
+    state_version: Int = Field(ge=0, le=MAX_INT)
+    items: list[PlaceItem] = Field(min_length=1, max_length=1000)
+    #: The policy's filter chain, in the order it runs.
+    filters: list[UnitCall] = Field(max_length=256)
+    weights: list[UnitCall] = Field(default_factory=list, max_length=256)
+    selector: Name = "RankSelector"
+    #: The cluster's pending resources when the group began (a request's own VMs among them are
+    #: not counted against it).
+    pending: list[PendingEntry] = Field(default_factory=list, max_length=100_000)
+    #: The decisions' instant (unix seconds): units judging time (heartbeats, load duration) use it.
+    now: Float = 0.0
+    #: Seconds the pending records of the placed VMs will live (the worker counts them for the
+    #: later requests of the group with this expiry).
+    pending_ttl_s: Float = Field(120.0, gt=0)
+
+
+class PlaceOutcome(StrEnum):
+    #: Every VM of the request has a host (`placements`, in request order).
+    PLACED = "placed"
+    #: No host for some VM of the request; nothing of it is placed (`explanation` says why).
+    UNPLACEABLE = "unplaceable"
+    #: No host now, but memory is pending on a candidate: wait for pending to change, then retry.
+    WAIT = "wait"
+    #: The request could not be evaluated (`error`); the rest of the group went on.
+    ERROR = "error"
+
+
+class PlaceResult(Message):
+    """What one request of a `place` group came to."""
+
+    request_id: UUID
+    outcome: PlaceOutcome
+    placements: list[Placement] = Field(default_factory=list, max_length=1001)
+    #: The first VM's explanation (a batch's summary says how many were placed); for `unplaceable`,
+    #: the VM that did not fit. None for `wait` and `error`.
+    explanation: Explanation | None = None
+    error: ErrorInfo | None = None
+
+
+class PlaceReply(Message):
+    request_id: UUID
+    #: The state version the group was placed at (the worker's copy, at least the one asked for).
+    state_version: Int = Field(ge=0, le=MAX_INT)
+    #: One per item, in the request's order.
+    results: list[PlaceResult] = Field(max_length=1000)
 
 
 class StateRequest(Message):

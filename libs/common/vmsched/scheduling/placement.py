@@ -15,31 +15,33 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 from uuid import UUID
 
-from vmsched.contracts import Explanation, FilteredHost, PendingEntry, Placement, ScheduleRequest, ScoreTable, VmSpec
+from vmsched.contracts import (
+    ErrorInfo,
+    Explanation,
+    FilteredHost,
+    PendingEntry,
+    Placement,
+    PlaceOutcome,
+    PlaceRequest,
+    PlaceResult,
+    ScheduleRequest,
+    ScoreTable,
+    UnitCall,
+    VmSpec,
+)
+from vmsched.errors import VmschedError
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.pipeline import rank, screen, summarize
+from vmsched.scheduling.pipeline import candidate_hosts, rank, screen, summarize
 from vmsched.scheduling.policy import Policy
-
-
-class Screened(Protocol):
-    """What filtering one VM found (a FilterReply is one); `scores` when the step also ranked the
-    survivors (then the weigh step is not called)."""
-
-    @property
-    def survivors(self) -> list[str]: ...
-    @property
-    def removed(self) -> list[FilteredHost]: ...
-    @property
-    def scores(self) -> ScoreTable | None: ...
 
 
 @dataclass(frozen=True)
 class Screening:
-    """A Screened for in-process filter steps (over the bus, the FilterReply is one)."""
+    """What filtering one VM found; `scores` when the step also ranked the survivors (then the
+    weigh step is not called)."""
 
     survivors: list[str]
     removed: list[FilteredHost]
@@ -47,7 +49,7 @@ class Screening:
 
 
 #: Filter `vm` over the candidate host ids, with these pending records counted.
-FilterFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[Screened]]
+FilterFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[Screening]]
 #: Weigh `vm` over the surviving host ids (2 or more), with these pending records counted; best first.
 WeighFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[ScoreTable]]
 #: The pending record of `vm` placed on the host id (the caller adds request id, fencing token, expiry).
@@ -79,7 +81,7 @@ Outcome = Placed | WaitForPending | Unplaceable
 
 async def place(
     request: ScheduleRequest,
-    policy: Policy,
+    filters: Sequence[str],
     candidates: Sequence[str],
     pending: Sequence[PendingEntry],
     *,
@@ -90,11 +92,12 @@ async def place(
 ) -> Outcome:
     """Place every VM of `request` on `candidates` (Up hosts, black/whitelist applied), or none.
 
-    `pending` is what is pending in the cluster besides this request's own VMs. With `may_wait`,
-    a VM that fits nowhere while memory is pending on a candidate gives WaitForPending.
+    `filters` names the policy's filter chain in order (for the explanation). `pending` is what is
+    pending in the cluster besides this request's own VMs. With `may_wait`, a VM that fits nowhere
+    while memory is pending on a candidate gives WaitForPending.
     """
     cands = list(candidates)
-    filters = [f.unit for f in policy.ordered_filters()]
+    chain = list(filters)
     placed: list[tuple[Placement, PendingEntry]] = []
     first: Explanation | None = None
     for n, vm in enumerate(request.vms):
@@ -105,7 +108,11 @@ async def place(
         summary = summarize(len(cands), len(survivors), removed)
         if request.batch:
             summary = f"{vm.vm_id} ({n + 1}/{len(request.vms)}): {summary}"
-        explanation = Explanation(summary=summary, candidates=len(cands), filters=filters, filtered=removed)
+        # Every removed host with its reason only when asked or when nothing fits (then it is the
+        # answer to "why"): at 1,000 hosts it is most of the decision's size, and the decision is
+        # serialized for the store, the event and the reply.
+        listed = removed if request.explain_hosts or not survivors else []
+        explanation = Explanation(summary=summary, candidates=len(cands), filters=chain, filtered=listed)
         if not survivors:
             on_candidates = set(cands)
             if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
@@ -147,38 +154,129 @@ def pending_entry(vm: VmSpec, host_id: str, *, request_id: UUID, fencing_token: 
     )
 
 
+def top_hosts(request: ScheduleRequest) -> int | None:
+    """How many ranked hosts a decision needs: the best and its alternates, unless the request
+    wants the whole score table (None)."""
+    return None if request.explain_scores else 1 + request.max_alternates
+
+
 class LocalSteps:
     """Filter and weigh steps in this process, over one cluster's HostTable: what the filter-worker
-    and the weigher run, without the bus (the bench's in-process path, tests, a simulator)."""
+    and the weigher run, without the bus (`place_group` in the filter-worker, the bench's in-process
+    path, tests, a simulator)."""
 
     def __init__(
         self,
         hosts: HostTable,
-        policy: Policy,
+        filters: Sequence[UnitCall],
+        weights: Sequence[UnitCall],
+        selector: str,
         *,
         now: float | None = None,
         weigh_in_filter: bool = False,
         top: int | None = None,
     ) -> None:
         self.hosts = hosts
-        self.policy = policy
+        self.filters = list(filters)
+        self.weights = list(weights)
+        self.selector = selector
         #: The decision's instant for time-dependent units (as a worker gets it from the request).
         self.now = now
-        #: Rank the survivors in the filter step, as the filter-worker does when asked to weigh.
+        #: Rank the survivors in the filter step (saves a second view of the hosts).
         self.weigh_in_filter = weigh_in_filter
         #: Rank only the best `top` hosts, without the per-unit table (None: every host, with it).
         self.top = top
-        self._filters = policy.filter_calls()
-        self._weights = policy.weight_calls()
+
+    @classmethod
+    def of(
+        cls,
+        hosts: HostTable,
+        policy: Policy,
+        *,
+        now: float | None = None,
+        weigh_in_filter: bool = False,
+        top: int | None = None,
+    ) -> LocalSteps:
+        """The steps of `policy` (its filter chain in order, its weights, its selector)."""
+        return cls(
+            hosts,
+            policy.filter_calls(),
+            policy.weight_calls(),
+            policy.selector,
+            now=now,
+            weigh_in_filter=weigh_in_filter,
+            top=top,
+        )
 
     async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
         view = self.hosts.view(ids, seen, now=self.now)
-        weights = self._weights if self.weigh_in_filter else None
-        out, scores = screen(view, vm, self._filters, weights, self.policy.selector, top=self.top)
+        weights = self.weights if self.weigh_in_filter else None
+        out, scores = screen(view, vm, self.filters, weights, self.selector, top=self.top)
         return Screening(list(out.survivors.ids), out.removed, scores)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
-        return rank(self.hosts.view(ids, seen, now=self.now), vm, self._weights, self.policy.selector, top=self.top)
+        return rank(self.hosts.view(ids, seen, now=self.now), vm, self.weights, self.selector, top=self.top)
+
+
+async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult]:
+    """Place the requests of `group` in order on one cluster's hosts, each seeing what the earlier
+    ones placed as pending: the same decisions as placing them one at a time with `place`.
+
+    A request that cannot be evaluated (an unknown unit, an invalid property) gets an `error`
+    result; the rest of the group goes on.
+    """
+    names = [f.unit for f in group.filters]
+    placed: list[PendingEntry] = []
+    results: list[PlaceResult] = []
+    for item in group.items:
+        request = item.request
+        ours = {vm.vm_id for vm in request.vms}
+        steps = LocalSteps(
+            hosts,
+            group.filters,
+            group.weights,
+            group.selector,
+            now=group.now,
+            weigh_in_filter=True,
+            top=top_hosts(request),
+        )
+
+        def pending_for(vm: VmSpec, host_id: str, request_id: UUID = request.request_id) -> PendingEntry:
+            expires = group.now + group.pending_ttl_s
+            return pending_entry(vm, host_id, request_id=request_id, fencing_token=0, expires_at=expires)
+
+        try:
+            outcome = await place(
+                request,
+                names,
+                candidate_hosts(hosts, request.whitelist, request.blacklist).ids,
+                [e for e in [*group.pending, *placed] if e.vm_id not in ours],
+                filter_fn=steps.filter,
+                weigh_fn=steps.weigh,
+                pending_for=pending_for,
+                may_wait=item.may_wait,
+            )
+        except VmschedError as exc:
+            error = ErrorInfo(code=exc.code, message=str(exc)[:2000])
+            results.append(PlaceResult(request_id=request.request_id, outcome=PlaceOutcome.ERROR, error=error))
+            continue
+        results.append(_result(request.request_id, outcome))
+        if isinstance(outcome, Placed):
+            placed.extend(outcome.pending)
+    return results
+
+
+def _result(request_id: UUID, outcome: Outcome) -> PlaceResult:
+    if isinstance(outcome, Placed):
+        return PlaceResult(
+            request_id=request_id,
+            outcome=PlaceOutcome.PLACED,
+            placements=outcome.placements,
+            explanation=outcome.explanation,
+        )
+    if isinstance(outcome, Unplaceable):
+        return PlaceResult(request_id=request_id, outcome=PlaceOutcome.UNPLACEABLE, explanation=outcome.explanation)
+    return PlaceResult(request_id=request_id, outcome=PlaceOutcome.WAIT)
 
 
 __all__ = [
@@ -187,11 +285,12 @@ __all__ = [
     "Outcome",
     "PendingFor",
     "Placed",
-    "Screened",
     "Screening",
     "Unplaceable",
     "WaitForPending",
     "WeighFn",
     "pending_entry",
     "place",
+    "place_group",
+    "top_hosts",
 ]

@@ -62,6 +62,10 @@ class Policy(BaseModel):
         rank = {FilterSequence.FIRST: 0, FilterSequence.NONE: 1, FilterSequence.LAST: 2}
         return sorted(self.filters, key=lambda f: rank[f.sequence])
 
+    def filter_names(self) -> list[str]:
+        """The filter chain's unit names, in the order it runs."""
+        return [f.unit for f in self.ordered_filters()]
+
     def filter_calls(self) -> list[UnitCall]:
         props = dict(self.properties)
         return [UnitCall(unit=f.unit, properties=props) for f in self.ordered_filters()]

@@ -140,6 +140,10 @@ class StateCache:
             )
         return cached.version, cached.table
 
+    async def version(self, cluster_id: str) -> int:
+        """The cluster's current state version in Redis (one GET); UnknownCluster if none was written."""
+        return await self._current(cluster_id)
+
     async def snapshot(self, cluster_id: str) -> ClusterState:
         """The whole cluster at one version, read from Redis (hosts and VMs ordered by id)."""
         async with self._redis.pipeline(transaction=True) as pipe:
