@@ -23,13 +23,21 @@ cannot store a decision over (or besides) one its successor made.
 
 Records written before this layout (a plain ScheduleDecision string) read back with no fingerprint
 and as published.
+
+The batched operations (`records`, `put_many`, `mark_published_many`) serve a selector that commits
+a group of one cluster's decisions under one lock: one script call, so one round trip, per step
+whatever the group's size. `record` and `mark_published` are their one-item case. `put` keeps its
+own script because it looks for an existing record before the fence (a stale token still gets the
+stored decision back), while `put_many` checks the fence first and writes nothing when fenced out.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 import redis.asyncio as aioredis
@@ -48,19 +56,36 @@ log = get_logger(__name__)
 #: deadline (it is about when to give up, not what to place); the request id is the key itself.
 FINGERPRINT_EXCLUDES: frozenset[str] = frozenset({"request_id", "deadline"})
 
-# KEYS[1] decision. Returns {} if absent, {'string', json} for a record of the older layout, or
-# {'hash', json, fingerprint, published}.
-_GET = """
-local t = redis.call('TYPE', KEYS[1])['ok']
-if t == 'string' then
-  return {'string', redis.call('GET', KEYS[1])}
+# Defines read(key): {} if absent, {'string', json} for a record of the older layout,
+# {'hash', json, fingerprint, published}, or {type} for a key of any other type (not a record).
+_READ = """
+local function read(key)
+  local t = redis.call('TYPE', key)['ok']
+  if t == 'string' then
+    return {'string', redis.call('GET', key)}
+  end
+  if t == 'hash' then
+    local v = redis.call('HMGET', key, 'decision', 'fingerprint', 'published')
+    return {'hash', v[1] or '', v[2] or '', v[3] or '0'}
+  end
+  if t == 'none' then
+    return {}
+  end
+  return {t}
 end
-if t == 'hash' then
-  local v = redis.call('HMGET', KEYS[1], 'decision', 'fingerprint', 'published')
-  return {'hash', v[1] or '', v[2] or '', v[3] or '0'}
-end
-return {}
 """
+
+# KEYS decisions. Returns read(key) of each, in order.
+_GET_MANY = (
+    _READ
+    + """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = read(key)
+end
+return out
+"""
+)
 
 # KEYS[1] decision, KEYS[2] the cluster's fence; ARGV[1] json, ARGV[2] fingerprint, ARGV[3] ttl ms,
 # ARGV[4] fencing token ('' for none). Returns {1} when stored, {0} when the request id already
@@ -81,17 +106,56 @@ redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return {1}
 """
 
-# KEYS[1] decision. Returns 1 if this call marked it, 0 if it was marked already or is gone.
-_MARK = """
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then
-  return 0
+# KEYS[1] the cluster's fence, KEYS[1 + i] decision i; ARGV[1] fencing token ('' for none),
+# ARGV[2] ttl ms, then four per decision from ARGV[3]: json, fingerprint, and the record it may
+# replace as read() showed it (type, raw json), or '', '' to store only where there is none.
+# Returns {-1, latest token} when fenced out (nothing written), else {0, per decision: {} when
+# stored, read(key) of the record kept}. Running it twice is harmless: the second run finds the
+# first one's records.
+_PUT_MANY = (
+    _READ
+    + """
+if ARGV[1] ~= '' then
+  local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
+  if fence ~= tonumber(ARGV[1]) then
+    return {-1, fence}
+  end
 end
-if redis.call('HGET', KEYS[1], 'published') == '1' then
-  return 0
+local out = {}
+for i = 2, #KEYS do
+  local key, a = KEYS[i], 3 + 4 * (i - 2)
+  local found = read(key)
+  if #found > 0 and not (found[1] == ARGV[a + 2] and (found[2] or '') == ARGV[a + 3]) then
+    out[i - 1] = found
+  else
+    if #found > 0 then
+      redis.call('DEL', key)
+    end
+    redis.call('HSET', key, 'decision', ARGV[a], 'fingerprint', ARGV[a + 1], 'published', '0')
+    redis.call('PEXPIRE', key, ARGV[2])
+    out[i - 1] = {}
+  end
 end
-redis.call('HSET', KEYS[1], 'published', '1')
-return 1
+return {0, out}
 """
+)
+
+# KEYS decisions. Returns per decision 1 if this call marked it, 0 if it was marked already or is
+# gone (or is a record of the older layout, published by definition).
+_MARK_MANY = """
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = 0
+  if redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'published') ~= '1' then
+    redis.call('HSET', key, 'published', '1')
+    out[i] = 1
+  end
+end
+return out
+"""
+
+#: Attempts of put_many at storing over unreadable records (each replaced only if still the one read).
+_PUT_ATTEMPTS = 3
 
 
 def request_fingerprint(req: ScheduleRequest) -> str:
@@ -115,6 +179,36 @@ class StoredDecision:
         return self.fingerprint is None or self.fingerprint == fingerprint
 
 
+def _parse(found: list[Any], request_id: UUID | str) -> StoredDecision | None:
+    """The record read() returned; None if there is none (or it cannot be read: an unreadable record
+    must not block answering the request again)."""
+    if len(found) < 2:
+        return None  # absent, or a key of another type
+    try:
+        decision = ScheduleDecision.model_validate_json(found[1])
+    except ValidationError:
+        log.warning("unreadable stored decision ignored", request_id=str(request_id))
+        return None
+    if text(found[0]) == "string":
+        return StoredDecision(decision, None, True)
+    return StoredDecision(decision, text(found[2]) or None, text(found[3]) == "1")
+
+
+def _ids(request_ids: Sequence[UUID | str]) -> Sequence[UUID | str]:
+    # A str is a Sequence[str] too: one request id passed alone would be read as one id per character.
+    if isinstance(request_ids, str):
+        raise TypeError("request_ids must be a sequence of request ids, not one request id")
+    return request_ids
+
+
+def _fenced(what: str, token: int | None, cluster: str, latest: int) -> FencedOut:
+    return FencedOut(
+        f"{what} refused: token {token} is not the latest of cluster {cluster} ({latest}); "
+        "the lock was lost and acquired again",
+        location=f"cluster.{cluster}",
+    )
+
+
 class DecisionStore:
     """Stored decisions with their request fingerprint and publication mark, kept for a TTL."""
 
@@ -122,9 +216,10 @@ class DecisionStore:
         self._redis = redis
         self._keys = keys or Keys.from_settings(settings)
         self._default_ttl_s = settings.decision_ttl_s
-        self._get = redis.register_script(_GET)
+        self._get_many = redis.register_script(_GET_MANY)
         self._put = redis.register_script(_PUT)
-        self._mark = redis.register_script(_MARK)
+        self._put_many = redis.register_script(_PUT_MANY)
+        self._mark_many = redis.register_script(_MARK_MANY)
 
     async def get(self, request_id: UUID | str) -> ScheduleDecision | None:
         record = await self.record(request_id)
@@ -133,17 +228,16 @@ class DecisionStore:
     async def record(self, request_id: UUID | str) -> StoredDecision | None:
         """The stored decision with its fingerprint and publication mark; None if there is none
         (or it cannot be read: an unreadable record must not block answering the request again)."""
-        reply = await self._get(keys=[self._keys.decision(request_id)])
-        if not reply:
-            return None
-        try:
-            decision = ScheduleDecision.model_validate_json(reply[1])
-        except ValidationError:
-            log.warning("unreadable stored decision ignored", request_id=str(request_id))
-            return None
-        if text(reply[0]) == "string":
-            return StoredDecision(decision, None, True)
-        return StoredDecision(decision, text(reply[2]) or None, text(reply[3]) == "1")
+        return (await self.records([request_id]))[0]
+
+    async def records(self, request_ids: Sequence[UUID | str]) -> list[StoredDecision | None]:
+        """The stored record of each request id, in order, as `record` reads it, in one round trip."""
+        if not _ids(request_ids):
+            return []
+        # One script over every key rather than a pipeline of one read per key: still one round trip,
+        # but one command for Redis to run and all the records read at the same instant.
+        reply = await self._get_many(keys=[self._keys.decision(r) for r in request_ids])
+        return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
 
     async def put(
         self,
@@ -176,11 +270,7 @@ class DecisionStore:
             if status == 1:
                 return True, StoredDecision(decision, fingerprint, False)
             if status < 0:
-                raise FencedOut(
-                    f"decision for request {decision.request_id} refused: token {token} is not the latest "
-                    f"of cluster {decision.cluster_id} ({int(reply[1])}); the lock was lost and acquired again",
-                    location=f"cluster.{decision.cluster_id}",
-                )
+                raise _fenced(f"decision for request {decision.request_id}", token, decision.cluster_id, int(reply[1]))
             existing = await self.record(decision.request_id)
             if existing is not None:
                 return False, existing
@@ -189,9 +279,72 @@ class DecisionStore:
             await self._redis.delete(key)
         raise VmschedError(f"decision for request {decision.request_id} could not be stored", location="request_id")
 
+    async def put_many(
+        self,
+        items: Sequence[tuple[ScheduleDecision, str]],
+        *,
+        token: int | None = None,
+        ttl_s: float | None = None,
+    ) -> list[tuple[bool, StoredDecision]]:
+        """Store each (decision, fingerprint) as `put` does, in one round trip; all the decisions must
+        be of one cluster (ValueError otherwise). Returns, in order, (True, this record) for each
+        stored, (False, the earlier record) for each request id that already had one. A request id
+        twice in `items` is stored once: its later items get the first one's record.
+
+        With `token`, the whole call is fenced: FencedOut, with nothing written, unless it is the
+        cluster's latest fencing token, even where every request id already has a decision.
+
+        An unreadable earlier record (an older schema) is replaced by ours, in one more round trip,
+        only if it is still the record that was read.
+        """
+        if not items:
+            return []
+        cluster = items[0][0].cluster_id
+        others = sorted({d.cluster_id for d, _ in items} - {cluster})
+        if others:
+            raise ValueError(f"put_many stores the decisions of one cluster, got {cluster} and {', '.join(others)}")
+        ttl = self._default_ttl_s if ttl_s is None else ttl_s
+        args: list[Any] = ["" if token is None else token, max(1, int(ttl * 1000))]
+        results: dict[int, tuple[bool, StoredDecision]] = {}
+        # Index in items -> (type, raw json) of the unreadable record it may replace ('' for none).
+        todo: dict[int, tuple[Any, Any]] = dict.fromkeys(range(len(items)), ("", ""))
+        for _ in range(_PUT_ATTEMPTS):
+            reply = await self._put_many(
+                keys=[self._keys.fence(cluster), *(self._keys.decision(items[i][0].request_id) for i in todo)],
+                args=[
+                    *args,
+                    *(a for i, seen in todo.items() for a in (items[i][0].model_dump_json(), items[i][1], *seen)),
+                ],
+            )
+            if int(reply[0]) < 0:
+                ids = [str(d.request_id) for d, _ in items]
+                what = f"decisions for requests {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
+                raise _fenced(what, token, cluster, int(reply[1]))
+            unreadable: dict[int, tuple[Any, Any]] = {}
+            for i, found in zip(todo, reply[1], strict=True):
+                decision, fingerprint = items[i]
+                if not found:
+                    results[i] = (True, StoredDecision(decision, fingerprint, False))
+                elif (existing := _parse(found, decision.request_id)) is not None:
+                    results[i] = (False, existing)
+                else:
+                    unreadable[i] = (found[0], found[1] if len(found) > 1 else "")
+            if not unreadable:
+                return [results[i] for i in range(len(items))]
+            todo = unreadable
+        left = ", ".join(str(items[i][0].request_id) for i in todo)
+        raise VmschedError(f"decisions for requests {left} could not be stored", location="request_id")
+
     async def mark_published(self, request_id: UUID | str) -> bool:
         """Note that the decision's event was published; True if this call marked it."""
-        return bool(await self._mark(keys=[self._keys.decision(request_id)]))
+        return (await self.mark_published_many([request_id]))[0]
+
+    async def mark_published_many(self, request_ids: Sequence[UUID | str]) -> list[bool]:
+        """`mark_published` of each request id, in order, in one round trip."""
+        if not _ids(request_ids):
+            return []
+        reply = await self._mark_many(keys=[self._keys.decision(r) for r in request_ids])
+        return [bool(marked) for marked in reply]
 
     async def delete(self, request_id: UUID | str) -> bool:
         return bool(await self._redis.delete(self._keys.decision(request_id)))
