@@ -443,10 +443,10 @@ class Selector:
         same policy, in case the policy changed while they waited): it filters, weighs and selects
         each request in order, each seeing the earlier ones as pending."""
         live: list[_Turn] = []
-        for turn in group:
-            found = await self._decided_meanwhile(turn.req, turn.fingerprint)
-            if found is not None:
-                _settle(turn, found)
+        records = await self.decisions.records([turn.req.request_id for turn in group])
+        for turn, record in zip(group, records, strict=True):
+            if record is not None:
+                _settle(turn, await self._stored_meanwhile(record, turn.fingerprint))
             elif self._expired(turn.req):
                 _settle(turn, self._expired_decision(turn.req, turn.started, turn.policy))
             else:
@@ -531,23 +531,48 @@ class Selector:
         return None
 
     async def _commit_group(self, cluster: str, placed: list[tuple[_Turn, Placed, int]], token: int) -> None:
-        """One fenced pending write for the group, then each decision stored, published, marked."""
+        """One fenced pending write for the group, one write storing its decisions, their events
+        published side by side (confirms overlap), one write marking them published."""
         t = time.perf_counter()
         await self.pending.record(cluster, [e for _, p, _ in placed for e in p.pending], token)
-        for turn, _, _ in placed:
+        turns = [turn for turn, _, _ in placed]
+        for turn in turns:
             _lap_into(turn.stages, "record_pending", t)
-
-        async def store(turn: _Turn, outcome: Placed, version: int) -> None:
-            _STAGES.set(turn.stages)  # this task's own context: the publish is timed for its request
-            decision = self._placed_decision(turn, outcome, version, token)
-            _settle(turn, await self._store(turn.fingerprint, token, decision))
-
-        # Each decision is stored, then published, then marked, in that order; the group's decisions
-        # go through those steps side by side, so their round trips and confirms overlap.
-        results = await asyncio.gather(*(store(*p) for p in placed), return_exceptions=True)
-        for (turn, _, _), result in zip(placed, results, strict=True):
+        decisions = [self._placed_decision(turn, p, version, token) for turn, p, version in placed]
+        stored = await self.decisions.put_many(
+            [(d, turn.fingerprint) for d, turn in zip(decisions, turns, strict=True)],
+            token=token,
+            ttl_s=self.settings.decision_ttl_s,
+        )
+        # Exactly one event per stored decision: ours, or one stored before (a duplicate request)
+        # whose event was never confirmed.
+        events = [
+            record.decision if created or (record.matches(turn.fingerprint) and not record.published) else None
+            for turn, (created, record) in zip(turns, stored, strict=True)
+        ]
+        t = time.perf_counter()
+        sent = await asyncio.gather(
+            *(self.rt.bus.publish(c.decision_key(cluster), e) for e in events if e is not None),
+            return_exceptions=True,
+        )
+        outcomes = iter(sent)
+        failed: dict[int, BaseException] = {}
+        for i, event in enumerate(events):
+            if event is None:
+                continue
+            _lap_into(turns[i].stages, "publish", t)
+            result = next(outcomes)
             if isinstance(result, BaseException):
-                _fail(turn, result)
+                failed[i] = result
+        await self.decisions.mark_published_many(
+            [e.request_id for i, e in enumerate(events) if e is not None and i not in failed]
+        )
+        for i, (turn, (created, record)) in enumerate(zip(turns, stored, strict=True)):
+            if i in failed:
+                # Stored but its event not confirmed: a replay of the request id publishes it.
+                _fail(turn, failed[i])
+            else:
+                _settle(turn, _Stored(record, ours=created))
 
     async def _turn(
         self,
@@ -632,6 +657,9 @@ class Selector:
         found = await self.decisions.record(req.request_id)
         if found is None:
             return None
+        return await self._stored_meanwhile(found, fingerprint)
+
+    async def _stored_meanwhile(self, found: StoredDecision, fingerprint: str) -> _Stored:
         # Holding the lock now, the other selector has left it: an event still unconfirmed was
         # never published (it died between storing and publishing).
         if found.matches(fingerprint) and not found.published:
