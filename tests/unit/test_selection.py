@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from vmsched.scheduling.selection import (
     DEFAULT_SELECTOR,
     SELECTORS,
+    TOTAL_DECIMALS,
     WeighedUnit,
+    _order,
     dynamic_maximum_select,
     min_max_points,
     min_max_select,
@@ -308,3 +310,20 @@ def test_the_best_few_are_the_head_of_the_whole_table(
     assert head.hosts == whole.hosts[:top]
     assert head.totals == whole.totals[:top]
     assert head.units == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.sampled_from([0.0, 1.0, 2.5, -1.0, 1e-12]), min_size=1, max_size=40),
+    st.booleans(),
+    st.booleans(),
+)
+def test_ties_break_by_host_id_whether_or_not_the_ids_come_sorted(
+    totals: list[float], higher_wins: bool, shuffle: bool
+) -> None:
+    ids = [f"h{i:03d}" for i in range(len(totals))]
+    if shuffle:
+        ids = list(reversed(ids))
+    order = _order(ids, np.array(totals), higher_wins)
+    key = [(-t if higher_wins else t, h) for t, h in zip(np.round(totals, TOTAL_DECIMALS), ids, strict=True)]
+    assert order == sorted(range(len(ids)), key=lambda i: key[i])

@@ -112,6 +112,7 @@ _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "cpus_pinned": lambda h: h.cpus_pinned,
     "ha_vm_count": lambda h: h.ha_vm_count,
     "build_failures": lambda h: h.build_failures,
+    "cpu_last_sample_pct": lambda h: h.cpu_samples[-1][1] if h.cpu_samples else math.nan,
 }
 _BOOLEAN: dict[str, Callable[[HostState], bool]] = {
     "up": lambda h: h.report.status is HostStatus.UP,
@@ -167,6 +168,9 @@ class HostTable:
     cpus_pinned: FloatArray
     ha_vm_count: FloatArray
     build_failures: FloatArray
+    #: The load of the host's newest CPU sample (NaN without samples): most hosts are not over
+    #: a threshold now, and this column says so without walking their samples.
+    cpu_last_sample_pct: FloatArray
     pending_mem_mb: FloatArray
     pending_vcpus: FloatArray
     pending_cpus_pinned: FloatArray

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -39,10 +40,31 @@ def candidate_hosts(
     return table.take(keep)
 
 
+class Removal(NamedTuple):
+    """One host a filter removed, and why (a FilteredHost before validation: most decisions only
+    count them for the summary, and building hundreds of models for that costs more than filtering)."""
+
+    host_id: str
+    filter: str
+    reason: str
+
+
+def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHost]:
+    """The removed hosts as the explanation and FilterReply carry them."""
+    if all(isinstance(r, FilteredHost) for r in removed):
+        return [r for r in removed if isinstance(r, FilteredHost)]
+    # One validation of plain rows in pydantic-core beats building hundreds of models one by one.
+    return _FILTERED.validate_python([{"host_id": r.host_id, "filter": r.filter, "reason": r.reason} for r in removed])
+
+
 @dataclass(frozen=True)
 class FilterOutcome:
     survivors: HostTable
-    removed: list[FilteredHost]
+    removals: list[Removal]
+
+    @property
+    def removed(self) -> list[FilteredHost]:
+        return filtered_hosts(self.removals)
 
 
 def _fit(reason: str) -> str:
@@ -54,7 +76,7 @@ def _fit(reason: str) -> str:
 
 def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
     """Run the chain: each filter sees only the survivors of the previous one; stop when none is left."""
-    rows: list[dict[str, str]] = []
+    rows: list[Removal] = []
     for call in calls:
         if len(hosts) == 0:
             break
@@ -66,14 +88,13 @@ def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> Filt
         gone = np.flatnonzero(~verdict.keep)
         if len(gone) != len(verdict.reasons):
             raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
+        ids = hosts.ids
         rows.extend(
-            {"host_id": hosts.ids[i], "filter": unit.name, "reason": _fit(reason)}
-            for i, reason in zip(gone.tolist(), verdict.reasons, strict=True)
+            Removal(ids[i], unit.name, _fit(reason)) for i, reason in zip(gone.tolist(), verdict.reasons, strict=True)
         )
         if len(gone):
             hosts = hosts.take(verdict.keep)
-    # One validation of plain rows in pydantic-core beats building hundreds of models one by one.
-    return FilterOutcome(hosts, _FILTERED.validate_python(rows))
+    return FilterOutcome(hosts, rows)
 
 
 def run_weights(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> list[FloatArray]:
@@ -154,7 +175,7 @@ def unweighed(host_ids: Sequence[str], selector: str, *, top: int | None = None)
     return ScoreTable(selector=selector, hosts=kept, units=[], totals=[0.0] * len(kept))
 
 
-def summarize(candidates: int, available: int, removed: Sequence[FilteredHost]) -> str:
+def summarize(candidates: int, available: int, removed: Sequence[Removal | FilteredHost]) -> str:
     """The aggregate line: `3/50 hosts available: 30 Memory (insufficient free memory), 17 Network (...)`.
 
     When every host a filter removed was removed for the same reason, that reason is shown;

@@ -34,7 +34,7 @@ from vmsched.contracts import (
 from vmsched.errors import VmschedError
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.pipeline import candidate_hosts, rank, screen, summarize
+from vmsched.scheduling.pipeline import Removal, candidate_hosts, filtered_hosts, rank, screen, summarize
 from vmsched.scheduling.policy import Policy
 
 
@@ -44,7 +44,8 @@ class Screening:
     weigh step is not called)."""
 
     survivors: list[str]
-    removed: list[FilteredHost]
+    #: Every removed host with its filter and reason.
+    removed: Sequence[Removal | FilteredHost]
     scores: ScoreTable | None = None
 
 
@@ -111,7 +112,7 @@ async def place(
         # Every removed host with its reason only when asked or when nothing fits (then it is the
         # answer to "why"): at 1,000 hosts it is most of the decision's size, and the decision is
         # serialized for the store, the event and the reply.
-        listed = removed if request.explain_hosts or not survivors else []
+        listed = filtered_hosts(removed) if request.explain_hosts or not survivors else []
         explanation = Explanation(summary=summary, candidates=len(cands), filters=chain, filtered=listed)
         if not survivors:
             on_candidates = set(cands)
@@ -212,7 +213,7 @@ class LocalSteps:
         view = self.hosts.view(ids, seen, now=self.now)
         weights = self.weights if self.weigh_in_filter else None
         out, scores = screen(view, vm, self.filters, weights, self.selector, top=self.top)
-        return Screening(list(out.survivors.ids), out.removed, scores)
+        return Screening(list(out.survivors.ids), out.removals, scores)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
         return rank(self.hosts.view(ids, seen, now=self.now), vm, self.weights, self.selector, top=self.top)

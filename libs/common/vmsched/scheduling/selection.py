@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Final
 
@@ -142,9 +143,15 @@ def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool) -> li
         return []
     key = np.round(totals, TOTAL_DECIMALS)
     primary = -key if higher_wins else key
+    if all(a < b for a, b in pairwise(host_ids)):
+        # Already in id order (a cluster's hosts are kept sorted by id): a stable sort on the totals
+        # breaks ties by id, without building and comparing an array of strings.
+        order: list[int] = np.argsort(primary, kind="stable").tolist()
+        return order
     # lexsort sorts by the last key first: totals, then host id for ties.
     ids = np.asarray(host_ids, dtype=np.str_)
-    return [int(i) for i in np.lexsort((ids, primary))]
+    order = np.lexsort((ids, primary)).tolist()
+    return order
 
 
 def _select(

@@ -237,23 +237,24 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
     round((100 x cores - (100 - High)) / cores) (95% on a 4-core host at High 80); vmsched uses
     the plain rule load > HighUtilization, which is what the property means to the user setting it.
 
-    Cost: a short loop per host that walks samples back from the newest and stops at the first one
-    under the threshold, so a host that is not over costs one comparison.
+    Cost: one array comparison of the newest samples, then a short loop per host over now that walks
+    its samples back to the first one under the threshold.
     """
     high = float(prop_int(props, "HighUtilization", 80))
     duration_s = 60.0 * prop_int(props, "CpuOverCommitDurationMinutes", 2)
     cpus = hosts.effective_cpus
     known = hosts.cpu_cores > 0
     spm = spm_load_share(hosts, cpus)
-    threshold = (high - spm).tolist()  # a sample over this makes sample + SPM share > High
+    threshold = high - spm  # a sample over this makes sample + SPM share > High
     n = len(hosts)
     since = np.full(n, math.nan)
     last_t = np.full(n, math.nan)
     last_load = np.zeros(n)
-    for i, samples in enumerate(hosts.cpu_samples):
-        thr = threshold[i]
-        if not samples or samples[-1][1] <= thr:
-            continue
+    with np.errstate(invalid="ignore"):
+        over_now = np.flatnonzero(hosts.cpu_last_sample_pct > threshold)  # NaN (no samples): not over
+    for i in over_now.tolist():
+        samples = hosts.cpu_samples[i]
+        thr = float(threshold[i])
         j = len(samples) - 1
         while j > 0 and samples[j - 1][1] > thr:
             j -= 1
