@@ -160,3 +160,18 @@ async def test_wait_for_change(pending: PendingStore, locks: ClusterLock, unique
     assert await pending.wait_for_change(cluster, since, 5.0) is True
     await task
     assert await pending.version(cluster) == since + 1
+
+
+async def test_snapshot_with_state_reads_the_state_version_with_the_records(
+    pending: PendingStore, locks: ClusterLock, redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    cluster = f"c-{unique}"
+    assert await pending.snapshot_with_state(cluster) == (0, [], None)  # no state ever written
+    async with locks.hold(cluster) as lease:
+        entries = [pending_entry("vm-a", "h1", lease.token)]
+        await pending.record(cluster, entries, lease.token)
+    await redis_client.set(Keys(settings.redis_prefix).state_version(cluster), 41)
+    version, live, state_version = await pending.snapshot_with_state(cluster)
+    assert (version, live) == await pending.snapshot(cluster)
+    assert live == entries
+    assert state_version == 41

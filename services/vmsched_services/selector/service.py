@@ -57,7 +57,7 @@ from vmsched.contracts import (
     WeighReply,
     WeighRequest,
 )
-from vmsched.errors import InvalidRequest, LockTimeout, RemoteError, VmschedError
+from vmsched.errors import InvalidRequest, LockTimeout, RemoteError, UnknownCluster, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
 from vmsched.policy_cache import PolicyCache
@@ -380,14 +380,21 @@ class Selector:
 
     async def _decide_group(self, cluster: str, group: list[_Turn], token: int) -> None:
         t = time.perf_counter()
-        # Pending first, then state (see state_tracker): a VM is never counted nowhere.
-        pending_version, pending = await self.pending.snapshot(cluster)
         if self.settings.place_in_worker:
-            version = await self.rt.state.version(cluster)
+            # Pending and the state version in one read, and whether any request of the group was
+            # decided while it waited, side by side.
+            (pending_version, pending, version), records = await asyncio.gather(
+                self.pending.snapshot_with_state(cluster),
+                self.decisions.records([turn.req.request_id for turn in group]),
+            )
+            if version is None:
+                raise UnknownCluster(f"no state reported for cluster {cluster}", location="cluster_id")
             for turn in group:
                 _lap_into(turn.stages, "read_state", t)
-            placed = await self._place_in_workers(cluster, group, token, pending_version, pending, version)
+            placed = await self._place_in_workers(cluster, group, token, pending_version, pending, version, records)
         else:
+            # Pending first, then state (see state_tracker): a VM is never counted nowhere.
+            pending_version, pending = await self.pending.snapshot(cluster)
             version, table = await self.rt.state.table(cluster)
             for turn in group:
                 _lap_into(turn.stages, "read_state", t)
@@ -438,12 +445,13 @@ class Selector:
         pending_version: int,
         pending: list[PendingEntry],
         version: int,
+        records: list[StoredDecision | None],
     ) -> list[tuple[_Turn, Placed, int]]:
         """Send the group to a filter-worker in one `place` call (one per run of requests under the
         same policy, in case the policy changed while they waited): it filters, weighs and selects
-        each request in order, each seeing the earlier ones as pending."""
+        each request in order, each seeing the earlier ones as pending. `records`: what is stored
+        for each request id of the group."""
         live: list[_Turn] = []
-        records = await self.decisions.records([turn.req.request_id for turn in group])
         for turn, record in zip(group, records, strict=True):
             if record is not None:
                 _settle(turn, await self._stored_meanwhile(record, turn.fingerprint))

@@ -142,11 +142,29 @@ class PendingStore:
     async def snapshot(self, cluster_id: str, now: float | None = None) -> tuple[int, list[PendingEntry]]:
         """(pending version, live records), read together: waiting for a change since this
         version cannot miss a change these records do not already reflect."""
+        version, entries, _ = await self._snapshot(cluster_id, now, with_state=False)
+        return version, entries
+
+    async def snapshot_with_state(
+        self, cluster_id: str, now: float | None = None
+    ) -> tuple[int, list[PendingEntry], int | None]:
+        """(pending version, live records, the cluster's state version or None if no state was
+        ever written), read in one transaction. The state tracker writes a VM's new state before it
+        clears its pending record, so state at this version or later counts every VM that is not
+        in these records: none is counted nowhere."""
+        return await self._snapshot(cluster_id, now, with_state=True)
+
+    async def _snapshot(
+        self, cluster_id: str, now: float | None, *, with_state: bool
+    ) -> tuple[int, list[PendingEntry], int | None]:
         now = time.time() if now is None else now
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.get(self._keys.pending_version(cluster_id))
             pipe.hgetall(self._keys.pending(cluster_id))
-            raw_version, raw = await pipe.execute()
+            if with_state:
+                pipe.get(self._keys.state_version(cluster_id))
+            raw_version, raw, *rest = await pipe.execute()
+        state_version = int(rest[0]) if rest and rest[0] is not None else None
         version = int(raw_version) if raw_version is not None else 0
         live: list[PendingEntry] = []
         dead: list[bytes] = []
@@ -170,7 +188,7 @@ class PendingStore:
             if int(after) == version + 1:
                 version = int(after)
         live.sort(key=lambda e: e.vm_id)
-        return version, live
+        return version, live, state_version
 
     async def clear(self, cluster_id: str, vm_id: str, host_id: str | None = None) -> bool:
         """Remove the VM's record (only if it is on `host_id`, when given). True for the one
