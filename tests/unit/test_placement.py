@@ -10,8 +10,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import host, pend, table, vm
-from vmsched.contracts import AffinityGroup, AffinityRule, PendingEntry, ScheduleRequest, VmSpec
+from vmsched.contracts import (
+    AffinityGroup,
+    AffinityRule,
+    PendingEntry,
+    PlaceItem,
+    PlaceOutcome,
+    PlaceRequest,
+    ScheduleRequest,
+    UnitCall,
+    VmSpec,
+)
 from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import (
     LocalSteps,
     Outcome,
@@ -21,6 +32,7 @@ from vmsched.scheduling.placement import (
     WaitForPending,
     pending_entry,
     place,
+    place_group,
 )
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 
@@ -194,3 +206,112 @@ def test_ranking_in_the_filter_step_or_only_the_best_few_decides_the_same(
         assert [e.host_id for e in combined.pending] == [e.host_id for e in separate.pending]
         if req.explain_scores:
             assert combined.explanation == separate.explanation
+
+
+@st.composite
+def group_case(draw: st.DrawFn) -> tuple[HostTable, list[ScheduleRequest], Policy, list[bool]]:
+    hosts, first, policy = draw(placement_case())
+    requests = [first]
+    for k in range(draw(st.integers(0, 4))):
+        vms = [vm(vm_id=f"g{k}-{j}", mem_mb=draw(st.integers(256, 8192))) for j in range(draw(st.integers(1, 2)))]
+        requests.append(
+            ScheduleRequest(
+                request_id=uuid.uuid4(),
+                cluster_id="c1",
+                vm=vms[0],
+                batch=vms[1:],
+                max_alternates=draw(st.integers(0, 3)),
+                explain_scores=draw(st.booleans()),
+                explain_hosts=draw(st.booleans()),
+                # A whitelist or blacklist of the first hosts: candidates differ per request.
+                whitelist=draw(st.one_of(st.none(), st.just(list(hosts.ids[:2])))),
+                blacklist=draw(st.sampled_from([[], list(hosts.ids[:1])])),
+            )
+        )
+    return hosts, requests, policy, [draw(st.booleans()) for _ in requests]
+
+
+@settings(max_examples=60, deadline=None)
+@given(group_case())
+def test_a_group_placed_in_one_call_decides_as_one_request_at_a_time(
+    case: tuple[HostTable, list[ScheduleRequest], Policy, list[bool]],
+) -> None:
+    """place_group (what the filter-worker runs for a `place` call: filter and rank in one step,
+    only the best few hosts, the whole group in order) gives each request the decision it gets
+    alone with separate filter and whole-table weigh steps, after the earlier requests' VMs were
+    recorded as pending."""
+    hosts, requests, policy, waits = case
+    pending = [
+        pending_entry(vm(vm_id="elsewhere"), hosts.ids[-1], request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
+    ]
+    group = PlaceRequest(
+        request_id=uuid.uuid4(),
+        cluster_id="c1",
+        state_version=1,
+        items=[PlaceItem(request=r, may_wait=w) for r, w in zip(requests, waits, strict=True)],
+        filters=policy.filter_calls(),
+        weights=policy.weight_calls(),
+        selector=policy.selector,
+        pending=pending,
+        now=1e9,
+    )
+    results = asyncio.run(place_group(hosts, group))
+    assert [r.request_id for r in results] == [r.request_id for r in requests]
+
+    seen = list(pending)
+    for req, may_wait, got in zip(requests, waits, results, strict=True):
+        steps = LocalSteps.of(hosts, policy, now=1e9)
+        alone = asyncio.run(
+            place(
+                req,
+                policy.filter_names(),
+                candidate_hosts(hosts, req.whitelist, req.blacklist).ids,
+                seen,
+                filter_fn=steps.filter,
+                weigh_fn=steps.weigh,
+                pending_for=pending_for,
+                may_wait=may_wait,
+            )
+        )
+        if isinstance(alone, Placed):
+            assert got.outcome is PlaceOutcome.PLACED
+            assert got.placements == alone.placements
+            assert got.explanation is not None
+            assert got.explanation.summary == alone.explanation.summary
+            assert got.explanation.filtered == alone.explanation.filtered
+            seen.extend(alone.pending)
+        elif isinstance(alone, Unplaceable):
+            assert got.outcome is PlaceOutcome.UNPLACEABLE
+            assert got.explanation == alone.explanation
+            # Nothing fits: every candidate is listed with its reason.
+            assert len(got.explanation.filtered) == got.explanation.candidates
+        else:
+            assert got.outcome is PlaceOutcome.WAIT
+
+
+def test_a_request_that_cannot_be_evaluated_is_an_error_and_the_group_goes_on() -> None:
+    # MetricsWeigher with MetricsRequired refuses to weigh a host that lacks the metric: a request
+    # that reaches h2 (no metric) cannot be evaluated; one whitelisted to h0 and h1 can.
+    hosts = table(host("h0", metrics={"m": 1.0}), host("h1", metrics={"m": 2.0}), host("h2"))
+    weigher = UnitCall(unit="MetricsWeigher", properties={"WeightSetting": "m=1.0", "MetricsRequired": "true"})
+    requests = [
+        request(vm(vm_id="a")).model_copy(update={"whitelist": ["h0", "h1"]}),
+        request(vm(vm_id="bad")),
+        request(vm(vm_id="c")).model_copy(update={"whitelist": ["h0", "h1"]}),
+    ]
+    group = PlaceRequest(
+        request_id=uuid.uuid4(),
+        cluster_id="c1",
+        state_version=1,
+        items=[PlaceItem(request=r) for r in requests],
+        filters=[],
+        weights=[weigher],
+        now=1e9,
+    )
+    a, bad, c = asyncio.run(place_group(hosts, group))
+    assert [a.outcome, bad.outcome, c.outcome] == [PlaceOutcome.PLACED, PlaceOutcome.ERROR, PlaceOutcome.PLACED]
+    assert bad.error is not None
+    assert "h2 does not report metric 'm'" in bad.error.message
+    assert a.placements[0].host_id == "h1"  # the higher metric
+    # c saw a's VM pending on h1, but metrics alone weigh: h1 still wins.
+    assert c.placements[0].host_id == "h1"

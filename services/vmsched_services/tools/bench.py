@@ -7,7 +7,10 @@ Three measurements per cluster size, written as JSON (bench-results/bench.json b
 * bus: full decisions through RabbitMQ with every service in its own process, as deployed
   (state-tracker, filter-worker, weigher, selector), Redis lock + pending + idempotency, and the
   engine reporting each placed VM running (so caches really move). Once one request at a time
-  (latency), once `--concurrency` at a time (throughput).
+  (latency), once `--concurrency` at a time (throughput), and with `--clusters N` that many at a
+  time spread over N clusters; after a warm-up that touches every cluster (steady state). Each run
+  also says how much CPU every process spent per decision: the services, the bench itself (the
+  engine) and RabbitMQ and Redis when they run on this machine.
 * costs: one RPC round trip with an empty handler (the price of a bus hop), and encode + decode
   of every message on the hot path at that size (the price of serialization).
 * balance_pass: one balancer pass per balance unit (table building + the unit), in process, on a
@@ -50,6 +53,12 @@ from vmsched.contracts import (
     HostStatus,
     Message,
     PendingEntry,
+    PlaceItem,
+    Placement,
+    PlaceOutcome,
+    PlaceReply,
+    PlaceRequest,
+    PlaceResult,
     ScheduleDecision,
     ScheduleRequest,
     ScoreTable,
@@ -76,7 +85,7 @@ from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
 from vmsched.store.state_records import aggregate_host
-from vmsched_services.tools.procs import Supervisor, rss_mb
+from vmsched_services.tools.procs import Supervisor, cpu_ms, local_server_pids, rss_mb
 from vmsched_services.tools.stats import percentile
 
 
@@ -187,6 +196,9 @@ async def bench_in_process(
 
 
 # ---------------------------------------------------------------------------- serialization
+_SUMMARY = "765/1000 hosts available: 221 Network (missing network 'storage'), 14 Memory (insufficient free memory)"
+
+
 def _roundtrip_us(msg: Message, repeat: int) -> dict[str, float]:
     model = type(msg)
     body = msg.__pydantic_serializer__.to_json(msg)
@@ -219,7 +231,37 @@ def bench_codec(n_hosts: int, seed: int) -> dict[str, dict[str, float]]:
         explanation=Explanation(summary="x", candidates=n_hosts, filtered=removed[: n_hosts // 2]),
         decided_at=datetime.now(UTC),
     )
+    group = [ScheduleRequest(request_id=uuid.uuid4(), cluster_id="codec", vm=_vm(rng, k)) for k in range(8)]
+    pending = [
+        pending_entry(_vm(rng, 100 + k), ids[k % n_hosts], request_id=rid, fencing_token=1, expires_at=1e12)
+        for k in range(32)
+    ]
+    placed = [
+        PlaceResult(
+            request_id=r.request_id,
+            outcome=PlaceOutcome.PLACED,
+            placements=[Placement(vm_id=r.vm.vm_id, host_id=ids[0], alternates=ids[1:4], summary=_SUMMARY)],
+            explanation=Explanation(summary=_SUMMARY, candidates=n_hosts, filters=[f.unit for f in filters]),
+        )
+        for r in group
+    ]
     return {
+        "PlaceRequest(8 requests, 32 pending)": _roundtrip_us(
+            PlaceRequest(
+                request_id=rid,
+                cluster_id="codec",
+                state_version=1,
+                items=[PlaceItem(request=r) for r in group],
+                filters=filters,
+                weights=weights,
+                pending=pending,
+            ),
+            repeat,
+        ),
+        "PlaceReply(8 placed)": _roundtrip_us(PlaceReply(request_id=rid, state_version=1, results=placed), repeat),
+        "ScheduleDecision(placed)": _roundtrip_us(
+            decision.model_copy(update={"explanation": placed[0].explanation}), repeat
+        ),
         "FilterRequest": _roundtrip_us(
             FilterRequest(request_id=rid, cluster_id="codec", state_version=1, vm=vm, candidates=ids, filters=filters),
             repeat,
@@ -253,7 +295,7 @@ def bench_codec(n_hosts: int, seed: int) -> dict[str, dict[str, float]]:
             ),
             repeat,
         ),
-        "ScheduleDecision(half filtered)": _roundtrip_us(decision, repeat),
+        "ScheduleDecision(half filtered, explain_hosts)": _roundtrip_us(decision, repeat),
     }
 
 
@@ -455,6 +497,22 @@ async def _timed(n: int, concurrency: int, one: Callable[[int], Awaitable[None]]
     return _stats(lat, time.perf_counter() - began)
 
 
+async def _costed(
+    pids: dict[str, int], n: int, concurrency: int, one: Callable[[int], Awaitable[None]]
+) -> dict[str, Any]:
+    """_timed, plus the CPU each process spent per decision (ms): where a decision's work goes,
+    the servers' share included, and which process saturates first."""
+    before = {name: cpu_ms(pid) for name, pid in pids.items()}
+    stats: dict[str, Any] = dict(await _timed(n, concurrency, one))
+    spent = {name: cpu_ms(pid) for name, pid in pids.items()}
+    stats["cpu_ms_per_decision"] = {
+        name: round((after - start) / n, 2)
+        for name, after in spent.items()
+        if after is not None and (start := before[name]) is not None
+    }
+    return stats
+
+
 async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
     """One RPC round trip to an empty handler in another bus connection: the cost of a hop."""
 
@@ -528,11 +586,14 @@ async def bench_bus(
                 )
                 starts.append(asyncio.create_task(client.report_vm(report)))
 
-            await _timed(10, 1, one)  # warm caches and connections
-            sequential = await _timed(decisions // 2, 1, one)
-            runs = {"sequential": sequential, f"concurrent_{concurrency}": await _timed(decisions, concurrency, one)}
+            # Warm caches and connections, of every cluster: the runs measure a steady state.
+            await _timed(max(10, len(names)), 1, partial(one, spread=True))
+            pids = {f"{name}-{i}": proc.pid for i, (name, proc) in enumerate(sup.procs)}
+            pids |= {**local_server_pids(), "bench (the engine)": os.getpid()}
+            runs = {"sequential": await _costed(pids, decisions // 2, 1, one)}
+            runs[f"concurrent_{concurrency}"] = await _costed(pids, decisions, concurrency, one)
             if len(names) > 1:
-                spread = await _timed(decisions, concurrency, partial(one, spread=True))
+                spread = await _costed(pids, decisions, concurrency, partial(one, spread=True))
                 runs[f"concurrent_{concurrency}_over_{len(names)}_clusters"] = spread
             await asyncio.gather(*starts)
         rss = {f"{name}-{i}": rss_mb(proc.pid) for i, (name, proc) in enumerate(sup.procs)}
@@ -660,10 +721,10 @@ def render(result: dict[str, Any]) -> str:
         for name in _policies():
             lines += _decision_rows(n, name, r[name])
     lines.append("")
-    lines.append(f"{'hosts':>6}  {'message':<34}{'bytes':>9}{'encode us':>11}{'decode us':>11}")
+    lines.append(f"{'hosts':>6}  {'message':<46}{'bytes':>9}{'encode us':>11}{'decode us':>11}")
     for n, r in result["sizes"].items():
         for name, c in r["codec"].items():
-            lines.append(f"{n:>6}  {name:<34}{c['bytes']:>9}{c['encode_us']:>11}{c['decode_us']:>11}")
+            lines.append(f"{n:>6}  {name:<46}{c['bytes']:>9}{c['encode_us']:>11}{c['decode_us']:>11}")
     return "\n".join(lines)
 
 
@@ -682,6 +743,10 @@ def _decision_rows(n: str, name: str, p: dict[str, Any]) -> list[str]:
     for label, s in runs:
         text = f"{name} ({p['units']} units) {label}"
         lines.append(f"{n:>6}  {text:<56}{s['p50_ms']:>9}{s['p99_ms']:>9}{s['decisions_per_s']:>13}")
+        if "cpu_ms_per_decision" in s:
+            cpu = s["cpu_ms_per_decision"]
+            parts = ", ".join(f"{k} {v}" for k, v in cpu.items())
+            lines.append(f"{'':>8}CPU ms per decision: {parts}; total {round(sum(cpu.values()), 2)}")
     rss = ", ".join(f"{k} {v:.0f}" for k, v in p["bus"]["rss_mb"].items() if v is not None)
     lines.append(f"{'':>6}  bus / in process (sequential p50): {p['bus_over_in_process']}x;  RSS MB: {rss}")
     return lines

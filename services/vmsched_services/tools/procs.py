@@ -385,6 +385,36 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_ms(pid: int) -> float | None:
+    """CPU time the process has used so far (user + system), in ms; None when it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1000 / _CLOCK_TICKS
+
+
+def local_server_pids() -> dict[str, int]:
+    """The servers vmsched talks to, when they run on this machine (RabbitMQ's Erlang VM, Redis),
+    by name: what they spend per decision is part of its cost."""
+    wanted = {"beam.smp": "rabbitmq", "redis-server": "redis"}
+    found: dict[str, int] = {}
+    for entry in sorted(Path("/proc").iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else 0):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = (entry / "comm").read_text().strip()
+        except OSError:
+            continue
+        name = wanted.get(comm)
+        if name is not None and name not in found:  # the oldest: the server, not a helper it forked
+            found[name] = int(entry.name)
+    return found
+
+
 async def delete_broker_objects(settings: Settings) -> None:
     """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
 
