@@ -34,6 +34,8 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         "2",
         "--clusters",
         "2",
+        "--spread-concurrency",
+        "3",
         "--json-out",
         str(out_file),
         env=env,
@@ -51,7 +53,10 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         assert size[policy]["in_process"]["p50_ms"] > 0
         assert size[policy]["bus"]["sequential"]["decisions"] > 0
         assert size[policy]["bus"]["sequential"]["p50_ms"] > 0
-        assert size[policy]["bus"]["concurrent_2_over_2_clusters"]["decisions"] == 10
+        assert size[policy]["bus"]["concurrent_3_over_2_clusters"]["decisions"] == 10
+        cpu = size[policy]["bus"]["concurrent_2"]["cpu_ms_per_decision"]
+        assert {"selector-3", "filter-worker-1", "bench (the engine)"} <= set(cpu)
+        assert sum(cpu.values()) > 0  # clock ticks are coarse: one process alone may show 0 at this size
         assert size[policy]["bus_over_in_process"] > 0
         rss = size[policy]["bus"]["rss_mb"]
         assert {k.rsplit("-", 1)[0] for k in rss} == {"state-tracker", "filter-worker", "weigher", "selector"}

@@ -548,10 +548,12 @@ async def bench_bus(
     policy: Policy = DEFAULT_POLICY,
     *,
     clusters: int = 1,
+    spread_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Decisions over the bus, every service its own process: sequential and `concurrency` at a time
-    on one cluster, then (with `clusters` > 1) `concurrency` at a time spread over that many
-    clusters of `n_hosts` each; with the RSS each service ends with."""
+    on one cluster, then (with `clusters` > 1) `spread_concurrency` (default: `concurrency`) at a
+    time spread over that many clusters of `n_hosts` each; with the RSS each service ends with."""
+    spread_concurrency = spread_concurrency or concurrency
 
     rng = random.Random(seed)
     await migrate(settings.postgres_url)
@@ -593,8 +595,8 @@ async def bench_bus(
             runs = {"sequential": await _costed(pids, decisions // 2, 1, one)}
             runs[f"concurrent_{concurrency}"] = await _costed(pids, decisions, concurrency, one)
             if len(names) > 1:
-                spread = await _costed(pids, decisions, concurrency, partial(one, spread=True))
-                runs[f"concurrent_{concurrency}_over_{len(names)}_clusters"] = spread
+                spread = await _costed(pids, decisions, spread_concurrency, partial(one, spread=True))
+                runs[f"concurrent_{spread_concurrency}_over_{len(names)}_clusters"] = spread
             await asyncio.gather(*starts)
         rss = {f"{name}-{i}": rss_mb(proc.pid) for i, (name, proc) in enumerate(sup.procs)}
         return {**runs, "rss_mb": rss, "logs": str(sup.log_dir)}
@@ -681,7 +683,14 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
                 "units": len(policy.filters) + len(policy.weights),
                 "in_process": await bench_in_process(n, max(200, args.requests), args.seed, policy),
                 "bus": await bench_bus(
-                    settings, n, args.requests, args.concurrency, args.seed, policy, clusters=args.clusters
+                    settings,
+                    n,
+                    args.requests,
+                    args.concurrency,
+                    args.seed,
+                    policy,
+                    clusters=args.clusters,
+                    spread_concurrency=args.spread_concurrency,
                 ),
             }
             entry[name]["bus_over_in_process"] = round(

@@ -347,10 +347,17 @@ def _add_tool_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     s.set_defaults(fn=cmd_demo)
 
     s = sub.add_parser("bench", help="measure decision latency and throughput")
-    s.add_argument("--hosts", default="100,1000", help="hosts per cluster, comma-separated")
+    s.add_argument(
+        "--hosts",
+        default="100,1000",
+        help="hosts per cluster, comma-separated (10000 works; reporting it takes a while)",
+    )
     s.add_argument("--requests", type=int, default=200, help="decisions per size over the bus")
-    s.add_argument("--concurrency", type=int, default=8, help="requests in flight at once")
-    s.add_argument("--clusters", type=int, default=1, help="also spread the concurrent requests over N clusters")
+    s.add_argument("--concurrency", type=int, default=32, help="requests in flight at once, one cluster")
+    s.add_argument("--clusters", type=int, default=10, help="also spread requests over N clusters (1: do not)")
+    s.add_argument(
+        "--spread-concurrency", type=int, default=64, help="requests in flight at once over the --clusters clusters"
+    )
     s.add_argument("--json-out", default="bench-results/bench.json")
     s.add_argument("--seed", type=int, default=11)
     s.set_defaults(fn=cmd_bench)
