@@ -158,11 +158,11 @@ async def test_a_filter_worker_killed_with_requests_in_flight_loses_none(
     """Requests held by a filter-worker that dies are answered by the other one.
 
     Worker A is frozen (SIGSTOP) before any request is sent: it keeps its AMQP connection and consumer,
-    so RabbitMQ still round-robins filter requests to it (up to its prefetch of 4), but it never
+    so RabbitMQ still round-robins place requests to it (up to its prefetch of 4), but it never
     answers. Each request is for its own cluster, so the selector's per-cluster lock does not
-    serialize them and its filter calls are concurrent. Proof that some were in flight at A while it
+    serialize them and its place calls are concurrent. Proof that some were in flight at A while it
     was frozen: B is idle and answers in milliseconds, yet requests stay unanswered, and (when
-    rabbitmqctl can be run) the filter queue shows unacknowledged messages. SIGKILL A: the broker
+    rabbitmqctl can be run) the place queue shows unacknowledged messages. SIGKILL A: the broker
     requeues A's unacked requests to B, and every schedule request is placed within its timeout.
     """
     a, _b = (await stack.start("state-tracker", "filter-worker", "filter-worker", "weigher", "selector"))[1:3]
@@ -178,7 +178,7 @@ async def test_a_filter_worker_killed_with_requests_in_flight_loses_none(
     unacked = await stack.unacknowledged("filter-worker")
     assert unanswered > 0, "every request was answered although worker A was frozen: none reached A"
     if unacked is not None:
-        assert unacked > 0, "no filter request was held by the frozen worker"
+        assert unacked > 0, "no place request was held by the frozen worker"
     assert all(not t.done() or t.exception() is None for t in tasks)
 
     code = await stack.kill(a, signal.SIGKILL)

@@ -35,5 +35,6 @@ class FilterWorker:
 
 async def start(rt: Runtime) -> None:
     worker = FilterWorker(rt)
-    await rt.bus.serve(c.RPC_PLACE, PlaceRequest, worker.place)
     await rt.bus.serve(c.RPC_FILTER, FilterRequest, worker.handle)
+    # Last: its consumer is what shows the worker is up (vmsched_services.tools.procs.READY_ROUTE).
+    await rt.bus.serve(c.RPC_PLACE, PlaceRequest, worker.place)

@@ -29,10 +29,11 @@ from vmsched_services import SERVICES
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractConnection
 
-#: The RPC queue whose consumer count shows a service is up.
+#: The RPC queue whose consumer count shows a service is up (a service serving several consumes
+#: this one last, so it shows all are up), and where its requests wait.
 READY_ROUTE = {
     "state-tracker": c.RPC_STATE,
-    "filter-worker": c.RPC_FILTER,
+    "filter-worker": c.RPC_PLACE,
     "weigher": c.RPC_WEIGH,
     "selector": c.RPC_SCHEDULE,
 }

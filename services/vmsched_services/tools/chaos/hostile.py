@@ -81,6 +81,13 @@ def _weigh_request(cluster: str, hosts: list[str], **changes: Any) -> dict[str, 
     return _unit_request(cluster, {"hosts": hosts, "weights": weights}, changes)
 
 
+def _place_request(cluster: str, hosts: list[str], **changes: Any) -> dict[str, Any]:
+    """The selector's request to place a group (the hosts are the filter-worker's own business)."""
+    item = {"request": _schedule_request(cluster, _valid_vm("hostile-vm")), "may_wait": False}
+    req = {"request_id": str(uuid.uuid4()), "cluster_id": cluster, "state_version": 0, "items": [item]}
+    return {**req, "filters": [{"unit": "Memory"}], **changes}
+
+
 def _schedule_request(cluster: str, vm: dict[str, Any], **changes: Any) -> dict[str, Any]:
     req: dict[str, Any] = {"request_id": str(uuid.uuid4()), "cluster_id": cluster, "vm": vm, "explain_scores": False}
     req.update(changes)
@@ -129,6 +136,8 @@ def _malformed(t: Target, kind: str, route: str) -> Raw:
 def _wrong_types(t: Target, kind: str, route: str) -> Raw:
     if route == c.RPC_FILTER:
         body = _j(_filter_request(t.cluster, t.hosts, candidates="all-of-them", state_version="latest"))
+    elif route == c.RPC_PLACE:
+        body = _j(_place_request(t.cluster, t.hosts, items={"request": "every one"}, state_version="latest"))
     elif route == c.RPC_WEIGH:
         body = _j(_weigh_request(t.cluster, t.hosts, weights={"unit": 7}))
     else:
@@ -224,7 +233,7 @@ def generate(rng: random.Random, cluster: str, hosts: list[str], max_bytes: int)
     weights = [w for w, _ in KINDS.values()]
     while True:
         kind = rng.choices(names, weights)[0]
-        route = rng.choice((c.RPC_FILTER, c.RPC_WEIGH, c.RPC_SCHEDULE))
+        route = rng.choice((c.RPC_PLACE, c.RPC_FILTER, c.RPC_WEIGH, c.RPC_SCHEDULE))
         yield KINDS[kind][1](target, kind, route)
 
 
