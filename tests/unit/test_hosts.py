@@ -196,3 +196,23 @@ def test_tables_share_equal_immutable_values_between_hosts() -> None:
     assert t.labels[0] is t.labels[1]
     with pytest.raises(TypeError):
         t.labels[0]["rack"] = "r1"  # type: ignore[index]  # shared, hence read-only
+
+
+@given(st.lists(st.tuples(st.floats(0, 2e9), st.floats(0, 100)), max_size=130))
+def test_cpu_samples_read_as_the_pairs_the_host_reported(pairs: list[tuple[float, float]]) -> None:
+    t = HostTable.from_states([host("a", cpu_samples=pairs)], SETTINGS)
+    samples = t.cpu_samples[0]
+    assert samples == tuple(pairs)
+    assert len(samples) == len(pairs)
+    assert list(samples) == pairs
+    assert list(samples.times) == [p[0] for p in pairs]
+    assert list(samples.loads) == [p[1] for p in pairs]
+    if pairs:
+        assert samples[-1] == pairs[-1]
+        assert samples[0] == pairs[0]
+        assert tuple(samples[1:]) == tuple(pairs[1:])
+        assert t.cpu_last_sample_pct[0] == pairs[-1][1]
+    else:
+        assert not samples
+        with pytest.raises(IndexError):
+            samples[0]
