@@ -31,7 +31,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import StaleState, UnknownCluster
 from vmsched.runtime import Runtime
-from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.hosts import BOOLEAN_COLUMNS, NUMERIC_COLUMNS, OBJECT_COLUMNS, HostTable
 from vmsched.settings import Settings
 from vmsched.store import Keys, StateCache, StateWriter
 from vmsched_services.filter_worker.service import FilterWorker
@@ -293,6 +293,48 @@ async def test_cache_catches_up_reading_only_changed_hosts(
     assert cache.stats.full_loads == 2
     assert column(table, "mem_free_mb", "h1") == 4242
     assert column(table, "mem_free_mb", "h2") == 3500
+
+
+async def test_cache_catches_up_through_new_and_unreadable_hosts_without_a_full_load(
+    writer: StateWriter,
+    cache: StateCache,
+    redis_client: aioredis.Redis,
+    settings: Settings,
+    keys: Keys,
+    unique: str,
+) -> None:
+    """The cache keeps no host models, only its table: hosts that appear are inserted in id order
+    and a changed record that cannot be read drops its row, all incrementally, and the table
+    equals what a fresh full load builds."""
+    c = f"c-{unique}"
+    for h in ("h2", "h4"):
+        await writer.apply_host(host(c, h, mem_free_mb=1000))
+    _, first = await cache.table(c)
+    assert first.ids == ("h2", "h4")
+
+    await writer.apply_host(host(c, "h3", mem_free_mb=3000))
+    await writer.apply_host(host(c, "h1", mem_free_mb=1500))
+    await writer.apply_vm(vm(c, "vm-1", "h4"))
+    version, table = await cache.table(c)
+    assert (version, table.ids) == (5, ("h1", "h2", "h3", "h4"))
+    assert (cache.stats.full_loads, cache.stats.incremental_loads) == (1, 1)
+    assert column(table, "mem_free_mb", "h3") == 3000
+    assert column(table, "vm_count", "h4") == 1
+    assert first.ids == ("h2", "h4")  # the table handed out before is untouched
+
+    # h2 changes, then its stored record is broken before the cache reads it: the row goes.
+    await writer.apply_host(host(c, "h2", mem_free_mb=2000))
+    await redis_client.hset(keys.state_hosts(c), "h2", b"{not json")
+    version, table = await cache.table(c)
+    assert (version, table.ids) == (6, ("h1", "h3", "h4"))
+    assert cache.stats.full_loads == 1
+
+    _, full = await StateCache(redis_client, settings).table(c)
+    assert full.ids == table.ids
+    for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS):
+        np.testing.assert_array_equal(getattr(table, name), getattr(full, name), err_msg=name)
+    for name in OBJECT_COLUMNS:
+        assert tuple(getattr(table, name)) == tuple(getattr(full, name)), name
 
 
 async def test_min_version(writer: StateWriter, cache: StateCache, unique: str) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import host, pend, table
 from vmsched.contracts import ClusterReport, HostState, HostStatus
-from vmsched.scheduling.hosts import NUMERIC_COLUMNS, HostTable
+from vmsched.scheduling.hosts import BOOLEAN_COLUMNS, NUMERIC_COLUMNS, OBJECT_COLUMNS, HostTable
 
 SETTINGS = ClusterReport(cluster_id="c")
 
@@ -90,3 +93,126 @@ def test_empty_table() -> None:
     t = HostTable.from_states([], SETTINGS)
     assert len(t) == 0
     assert t.mem_free_mb.shape == (0,)
+
+
+# ---------------------------------------------------------------------- catching up: HostTable.updated
+
+#: Hosts varied in every kind of column: NaN where a host never reported a time or has no CPU
+#: samples, empty and non-empty sets and maps (tables share one object for those).
+varied_hosts_st = st.builds(
+    lambda i, cores, up, spm, nets, vms, samples, when, labels, caps, pages: host(
+        f"h{i:02d}",
+        cpu_cores=cores,
+        status=HostStatus.UP if up else HostStatus.MAINTENANCE,
+        is_spm=spm,
+        networks=nets,
+        vm_ids=sorted(vms),
+        vm_count=len(vms),
+        cpu_samples=[(1e9 + k, load) for k, load in enumerate(samples)],
+        reported_at=None if when is None else datetime.fromtimestamp(when, UTC),
+        labels=labels,
+        capabilities=caps,
+        hugepages_free=pages,
+        metrics={"cpu.percent": float(cores)} if cores % 2 else {},
+        host_groups=["g1"] if spm else [],
+    ),
+    st.integers(0, 15),
+    st.integers(0, 64),
+    st.booleans(),
+    st.booleans(),
+    st.lists(st.sampled_from(["a", "b", "c"]), max_size=3),
+    st.sets(st.sampled_from(["vm-1", "vm-2", "vm-3"])),
+    st.lists(st.floats(0, 100), max_size=3),
+    st.none() | st.integers(1_600_000_000, 1_900_000_000),
+    st.dictionaries(st.sampled_from(["rack", "availability_zone"]), st.sampled_from(["r1", "az1"]), max_size=2),
+    st.dictionaries(st.sampled_from(["cpu_info", "numa"]), st.integers(0, 3) | st.lists(st.integers(0, 3)), max_size=2),
+    st.dictionaries(st.sampled_from([2048, 1048576]), st.integers(0, 512), max_size=2),
+)
+#: One catch-up: the hosts whose records changed (or appeared), and the ids whose records are gone.
+steps_st = st.tuples(
+    st.lists(varied_hosts_st, max_size=5, unique_by=lambda h: h.report.host_id),
+    st.sets(st.sampled_from([f"h{i:02d}" for i in range(16)]), max_size=4),
+)
+
+
+def _same_columns(a: HostTable, b: HostTable) -> None:
+    """Every column of `a` equals `b`'s (NaN equals NaN), with the same dtype."""
+    assert a.ids == b.ids
+    assert a.settings == b.settings
+    assert a.index == b.index
+    for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.dtype == y.dtype, name
+        np.testing.assert_array_equal(x, y, err_msg=name)
+    for name in OBJECT_COLUMNS:
+        assert tuple(getattr(a, name)) == tuple(getattr(b, name)), name
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(varied_hosts_st, max_size=10, unique_by=lambda h: h.report.host_id), st.lists(steps_st, max_size=6))
+def test_a_table_caught_up_through_adds_changes_and_removals_equals_a_rebuild(
+    initial: list[HostState], steps: list[tuple[list[HostState], set[str]]]
+) -> None:
+    """What StateCache relies on instead of keeping every host's model: after any sequence of
+    catch-ups, the table equals one built from the final states in id order."""
+    states = {h.report.host_id: h for h in initial}
+    caught_up = HostTable.from_states([states[h] for h in sorted(states)], SETTINGS)
+    for changed, removed in steps:
+        changes = {h.report.host_id: h for h in changed}
+        previous = caught_up
+        before = HostTable.from_states([states[h] for h in sorted(states)], SETTINGS)
+        caught_up = caught_up.updated(changes, removed)
+        for h in removed - changes.keys():
+            states.pop(h, None)
+        states.update(changes)
+        _same_columns(caught_up, HostTable.from_states([states[h] for h in sorted(states)], SETTINGS))
+        _same_columns(previous, before)  # the previous version is untouched (requests still read it)
+
+
+def test_updated_inserts_in_id_order_keeps_pending_and_takes_new_settings() -> None:
+    base = HostTable.from_states([host("b", cpu_cores=2), host("d", cpu_cores=4)], SETTINGS)
+    base = base.with_pending([pend("b", 100), pend("d", 300)])
+    assert base.index == {"b": 0, "d": 1}
+    threads = ClusterReport(cluster_id="c", count_threads_as_cores=True)
+    t = base.updated(
+        {"c": host("c", cpu_cores=3), "a": host("a", cpu_cores=1), "d": host("d", cpu_cores=5)}, ["b"], threads
+    )
+    assert t.ids == ("a", "c", "d")
+    assert t.position("d") == 2  # positions are the new table's own
+    assert t.cpu_cores.tolist() == [1, 3, 5]
+    assert t.pending_mem_mb.tolist() == [0, 0, 300]  # d keeps what is pending on it; new hosts have nothing
+    assert t.settings is threads
+    assert base.ids == ("b", "d")
+    assert base.index == {"b": 0, "d": 1}
+    # Removing an id the table does not have changes nothing; a host both changed and removed is changed.
+    assert t.updated({}, ["zz"]).ids == t.ids
+    assert t.updated({"a": host("a", cpu_cores=7)}, ["a"]).cpu_cores.tolist() == [7, 3, 5]
+
+
+def test_tables_share_equal_immutable_values_between_hosts() -> None:
+    t = HostTable.from_states([host("a", networks=["n1"]), host("b", networks=["n1"]), host("c")], SETTINGS)
+    assert t.networks[0] is t.networks[1]
+    assert t.vm_ids[0] is t.vm_ids[2]
+    assert t.labels[0] is t.labels[1]
+    with pytest.raises(TypeError):
+        t.labels[0]["rack"] = "r1"  # type: ignore[index]  # shared, hence read-only
+
+
+@given(st.lists(st.tuples(st.floats(0, 2e9), st.floats(0, 100)), max_size=130))
+def test_cpu_samples_read_as_the_pairs_the_host_reported(pairs: list[tuple[float, float]]) -> None:
+    t = HostTable.from_states([host("a", cpu_samples=pairs)], SETTINGS)
+    samples = t.cpu_samples[0]
+    assert samples == tuple(pairs)
+    assert len(samples) == len(pairs)
+    assert list(samples) == pairs
+    assert list(samples.times) == [p[0] for p in pairs]
+    assert list(samples.loads) == [p[1] for p in pairs]
+    if pairs:
+        assert samples[-1] == pairs[-1]
+        assert samples[0] == pairs[0]
+        assert tuple(samples[1:]) == tuple(pairs[1:])
+        assert t.cpu_last_sample_pct[0] == pairs[-1][1]
+    else:
+        assert not samples
+        with pytest.raises(IndexError):
+            samples[0]

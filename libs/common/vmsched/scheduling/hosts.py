@@ -9,14 +9,17 @@ duration): units never read the clock themselves.
 
 Columns come in three groups, declared once below: numeric (float arrays), boolean arrays, and
 per-host Python objects (sets, mappings) that no array can hold. Adding a host attribute means
-adding it to one group and to `_extract`.
+adding it to one group (_NUMERIC, _BOOLEAN or _OBJECT) and to HostTable's fields.
 """
 
 from __future__ import annotations
 
+import heapq
 import math
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -86,8 +89,71 @@ class Rows(Sequence[T]):
         return f"Rows({list(self)!r})"
 
 
+class CpuSamples(Sequence[tuple[float, float]]):
+    """A host's recent CPU load reports, oldest first, as (unix time, percent) pairs.
+
+    Kept as two arrays of C doubles: a host has up to 120 samples (the state tracker's
+    CPU_SAMPLES_KEPT), which as tuples of Python floats take ~13 KB a host, 130 MB of a
+    10,000-host cluster's table, and here 2 KB. A pair read by index is built on each read: a walk
+    over many samples reads `loads` and `times` instead, as fast as indexing a tuple.
+    """
+
+    __slots__ = ("loads", "times")
+
+    def __init__(self, pairs: Iterable[tuple[float, float]] = ()) -> None:
+        times, loads = tuple(zip(*pairs, strict=True)) or ((), ())
+        self.times = array("d", times)
+        self.loads = array("d", loads)
+
+    @overload
+    def __getitem__(self, i: int) -> tuple[float, float]: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[tuple[float, float]]: ...
+    def __getitem__(self, i: int | slice) -> tuple[float, float] | Sequence[tuple[float, float]]:
+        if isinstance(i, slice):
+            return tuple(zip(self.times[i], self.loads[i], strict=True))
+        return self.times[i], self.loads[i]
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def __iter__(self) -> Iterator[tuple[float, float]]:
+        return zip(self.times, self.loads, strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CpuSamples):
+            return self.times == other.times and self.loads == other.loads
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"CpuSamples({list(self)!r})"
+
+
+_NO_SAMPLES = CpuSamples()
+
+
+def _samples(pairs: Sequence[tuple[float, float]]) -> CpuSamples:
+    return CpuSamples(pairs) if pairs else _NO_SAMPLES
+
+
 def _ts(value: Any) -> float:
     return value.timestamp() if value is not None else math.nan
+
+
+#: What a host without any entries in a map column holds: one object for every such host (an
+#: empty dict per host per column is 2.5 MB at 10,000 hosts), and read-only, as it is shared.
+_NO_ENTRIES: Mapping[Any, Any] = MappingProxyType({})
+
+
+def _set(values: Iterable[str]) -> frozenset[str]:
+    return frozenset(values) or _NOTHING
+
+
+def _map(values: Mapping[Any, Any]) -> Mapping[Any, Any]:
+    return values or _NO_ENTRIES
 
 
 #: name -> how to read it from a HostState. Order is the order of HostTable's float fields.
@@ -120,19 +186,24 @@ _BOOLEAN: dict[str, Callable[[HostState], bool]] = {
     "enabled": lambda h: h.report.enabled,
 }
 _OBJECT: dict[str, Callable[[HostState], Any]] = {
-    "networks": lambda h: frozenset(h.report.networks),
-    "vm_ids": lambda h: frozenset(h.vm_ids),
+    "networks": lambda h: _set(h.report.networks),
+    "vm_ids": lambda h: _set(h.vm_ids),
     "arch": lambda h: h.report.arch,
     "hypervisor_type": lambda h: h.report.hypervisor_type,
-    "cpu_models": lambda h: frozenset(h.report.cpu_models),
-    "emulated_machines": lambda h: frozenset(h.report.emulated_machines),
-    "hugepages_free": lambda h: h.report.hugepages_free,
-    "labels": lambda h: h.report.labels,
-    "host_groups": lambda h: frozenset(h.report.host_groups),
-    "capabilities": lambda h: h.report.capabilities,
-    "metrics": lambda h: h.report.metrics,
-    "cpu_samples": lambda h: tuple(h.cpu_samples),
+    "cpu_models": lambda h: _set(h.report.cpu_models),
+    "emulated_machines": lambda h: _set(h.report.emulated_machines),
+    "hugepages_free": lambda h: _map(h.report.hugepages_free),
+    "labels": lambda h: _map(h.report.labels),
+    "host_groups": lambda h: _set(h.report.host_groups),
+    "capabilities": lambda h: _map(h.report.capabilities),
+    "metrics": lambda h: _map(h.report.metrics),
+    "cpu_samples": lambda h: _samples(h.cpu_samples),
 }
+#: Object columns whose values are immutable and mostly the same on many hosts (every host on the
+#: same networks, of one architecture): HostTable.from_states keeps one object per distinct value.
+_SHARED: frozenset[str] = frozenset(
+    {"networks", "arch", "hypervisor_type", "cpu_models", "emulated_machines", "host_groups"}
+)
 #: Filled by HostTable.with_pending, zero in a table straight from the state.
 PENDING_COLUMNS: tuple[str, ...] = ("pending_mem_mb", "pending_vcpus", "pending_cpus_pinned", "pending_vm_count")
 NUMERIC_COLUMNS: tuple[str, ...] = (*_NUMERIC, *PENDING_COLUMNS)
@@ -191,7 +262,7 @@ class HostTable:
     host_groups: Sequence[frozenset[str]]
     capabilities: Sequence[Mapping[str, Any]]
     metrics: Sequence[Mapping[str, float]]
-    cpu_samples: Sequence[tuple[tuple[float, float], ...]]
+    cpu_samples: Sequence[CpuSamples]
     #: VMs placed here but not yet running (pending records), for affinity.
     pending_vm_ids: Sequence[frozenset[str]]
     #: The decision's instant (unix seconds); NaN when no request set it.
@@ -218,18 +289,38 @@ class HostTable:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_states(cls, hosts: Sequence[HostState], settings: ClusterReport) -> HostTable:
-        n = len(hosts)
-        # One pass over the hosts into a (hosts x columns) block, then one contiguous array per column.
-        getters = tuple(_NUMERIC.values())
-        block = np.array([[g(h) for g in getters] for h in hosts], dtype=np.float64).reshape(n, len(getters))
-        cols: dict[str, Any] = {name: np.ascontiguousarray(block[:, j]) for j, name in enumerate(_NUMERIC)}
+    def from_states(cls, hosts: Iterable[HostState], settings: ClusterReport) -> HostTable:
+        """The table of `hosts`, in their order.
+
+        `hosts` is read once and no state is kept: fed a generator that parses stored records one
+        at a time (as StateCache does), the table is built with one parsed model alive at a time.
+        """
+        numeric = tuple(_NUMERIC.values())
+        boolean = tuple(_BOOLEAN.values())
+        objects = tuple(_OBJECT.values())
+        ids: list[str] = []
+        # Rows go straight into flat arrays of C numbers: no float object per value on the way.
+        numbers = array("d")
+        flags = array("b")
+        values: tuple[list[Any], ...] = tuple([] for _ in objects)
+        distinct: tuple[dict[Any, Any] | None, ...] = tuple({} if name in _SHARED else None for name in _OBJECT)
+        for h in hosts:
+            ids.append(h.report.host_id)
+            numbers.extend([g(h) for g in numeric])
+            flags.extend([g(h) for g in boolean])
+            for column, g, seen in zip(values, objects, distinct, strict=True):
+                value = g(h)
+                column.append(value if seen is None else seen.setdefault(value, value))
+        n = len(ids)
+        block = np.frombuffer(numbers, dtype=np.float64).reshape(n, len(numeric))
+        cols: dict[str, Any] = {name: np.array(block[:, j]) for j, name in enumerate(_NUMERIC)}
         zeros = np.zeros(n, dtype=np.float64)
         cols.update({name: zeros for name in PENDING_COLUMNS})
-        cols.update({name: np.fromiter((g(h) for h in hosts), dtype=np.bool_, count=n) for name, g in _BOOLEAN.items()})
-        cols.update({name: tuple(g(h) for h in hosts) for name, g in _OBJECT.items()})
+        bits = np.frombuffer(flags, dtype=np.int8).reshape(n, len(boolean))
+        cols.update({name: bits[:, j] != 0 for j, name in enumerate(_BOOLEAN)})
+        cols.update({name: tuple(column) for name, column in zip(_OBJECT, values, strict=True)})
         cols["pending_vm_ids"] = (_NOTHING,) * n
-        return cls(ids=tuple(h.report.host_id for h in hosts), settings=settings, **cols)
+        return cls(ids=tuple(ids), settings=settings, **cols)
 
     def with_pending(self, entries: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
         """A copy with the pending columns summed from `entries` (other hosts' entries are ignored),
@@ -282,6 +373,52 @@ class HostTable:
                 objects[name][i] = o(state)
         cols.update({name: tuple(values) for name, values in objects.items()})
         return HostTable(ids=self.ids, settings=settings or self.settings, as_of=self.as_of, _index=self._index, **cols)
+
+    def updated(
+        self,
+        changed: Mapping[str, HostState],
+        removed: Iterable[str] = (),
+        settings: ClusterReport | None = None,
+    ) -> HostTable:
+        """A copy with the rows of `changed` hosts replaced or added and those of `removed` hosts
+        dropped (ids it does not have are ignored; a host in both is changed).
+
+        A new host's row goes where it keeps the ids in order, so a table sorted by id (the state
+        caches' tables) stays sorted and equals `from_states` of the hosts in id order; the rows
+        after it move down. Positions hold for one table only (its `index`), never across copies.
+        Pending columns keep each remaining host's values; a new host has none.
+        """
+        index = self.index
+        gone = {index[h] for h in removed if h in index and h not in changed}
+        added = sorted(h for h in changed if h not in index)
+        if not gone and not added:
+            table = self.with_rows(changed, settings)
+            assert table is not None
+            return table
+        settings = settings or self.settings
+        n = len(self)
+        fresh = HostTable.from_states(changed.values(), settings)
+        # Every column is gathered from [old rows..., rows of `fresh`...] (plus one row of
+        # nothing pending for the pending columns): state_rows/pending_rows say which row each
+        # host of the result takes.
+        fresh_row = {h: n + k for k, h in enumerate(changed)}
+        kept = ((h, i) for i, h in enumerate(self.ids) if i not in gone)
+        order = list(heapq.merge(kept, ((h, n) for h in added), key=lambda e: e[0]))
+        state_rows = [fresh_row.get(h, i) for h, i in order]
+        pending_rows = [i for _, i in order]
+        state_take = np.array(state_rows, dtype=np.intp)
+        pending_take = np.array(pending_rows, dtype=np.intp)
+        cols: dict[str, Any] = {}
+        for name in (*_NUMERIC, *_BOOLEAN):
+            cols[name] = np.concatenate((getattr(self, name), getattr(fresh, name)))[state_take]
+        for name in _OBJECT:
+            rows = (*getattr(self, name), *getattr(fresh, name))
+            cols[name] = tuple(map(rows.__getitem__, state_rows))
+        for name in PENDING_COLUMNS:
+            cols[name] = np.concatenate((getattr(self, name), np.zeros(1)))[pending_take]
+        pending_ids = (*self.pending_vm_ids, _NOTHING)
+        cols["pending_vm_ids"] = tuple(map(pending_ids.__getitem__, pending_rows))
+        return HostTable(ids=tuple(h for h, _ in order), settings=settings, as_of=self.as_of, **cols)
 
     # ------------------------------------------------------------------ selection
     def index_of(self, host_ids: Iterable[str]) -> IndexArray:
@@ -361,6 +498,7 @@ __all__ = [
     "OBJECT_COLUMNS",
     "PENDING_COLUMNS",
     "BoolArray",
+    "CpuSamples",
     "FloatArray",
     "HostTable",
     "IndexArray",

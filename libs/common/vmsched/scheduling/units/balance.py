@@ -74,13 +74,14 @@ def sustained_for(hosts: HostTable, above: float | None = None, below: float | N
         return (above is not None and load >= above) or (below is not None and load < below)
 
     for i, samples in enumerate(hosts.cpu_samples):
-        if not samples or not state(samples[-1][1] + share[i]):
+        loads, times = samples.loads, samples.times
+        if not loads or not state(loads[-1] + share[i]):
             continue
-        j = len(samples) - 1
-        while j > 0 and state(samples[j - 1][1] + share[i]):
+        j = len(loads) - 1
+        while j > 0 and state(loads[j - 1] + share[i]):
             j -= 1
-        end = hosts.as_of if math.isfinite(hosts.as_of) else samples[-1][0]
-        out[i] = end - samples[j][0]
+        end = hosts.as_of if math.isfinite(hosts.as_of) else times[-1]
+        out[i] = end - times[j]
     return out
 
 

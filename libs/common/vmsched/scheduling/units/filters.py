@@ -254,11 +254,12 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
         over_now = np.flatnonzero(hosts.cpu_last_sample_pct > threshold)  # NaN (no samples): not over
     for i in over_now.tolist():
         samples = hosts.cpu_samples[i]
+        loads = samples.loads
         thr = float(threshold[i])
-        j = len(samples) - 1
-        while j > 0 and samples[j - 1][1] > thr:
+        j = len(loads) - 1
+        while j > 0 and loads[j - 1] > thr:
             j -= 1
-        since[i] = samples[j][0]
+        since[i] = samples.times[j]
         last_t[i], last_load[i] = samples[-1]
     end = np.full(n, hosts.as_of) if math.isfinite(hosts.as_of) else last_t
     with np.errstate(invalid="ignore"):
