@@ -23,6 +23,7 @@ from vmsched.contracts import (
     ClusterReport,
     FilterRequest,
     HostReport,
+    HostState,
     ScheduleRequest,
     UnitCall,
     VmSpec,
@@ -46,6 +47,7 @@ from vmsched.scheduling.units.extra_specs import lookup
 from vmsched.scheduling.units.nova_resource_filters import RAM_RATIO
 from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.registry import REGISTRY
+from vmsched.store.state_records import MAX_TRUSTED_BYTES, parse_stored
 
 #: A value built to make a backtracking regex over digits work hardest: digits, then a mismatch.
 HOSTILE = "0." + "1" * 100_000 + "x"
@@ -472,3 +474,17 @@ def test_a_reason_quoting_an_escaped_value_stays_within_its_bound() -> None:
     assert [r.host_id for r in out.removed] == ["h1"]
     assert len(out.removed[0].reason) == MAX_TEXT
     assert out.removed[0].reason.startswith("architecture 'x86_64', image needs ")
+
+
+def test_a_stored_record_skips_the_json_walk_that_a_message_from_the_bus_gets() -> None:
+    deep = {"a": [[[[[[[[[["deep"]]]]]]]]]]}
+    blob = host("h1").model_dump(mode="json")
+    blob["report"]["capabilities"] = deep
+    raw = json.dumps(blob)
+    with pytest.raises(ValidationError, match="nested deeper"):
+        HostState.model_validate_json(raw)
+    assert parse_stored(HostState, raw).report.capabilities == deep
+    # a record too large to be trusted is walked again
+    blob["vm_ids"] = [f"vm-{i:07d}" for i in range(MAX_TRUSTED_BYTES // 10)]
+    with pytest.raises(ValidationError, match="nested deeper"):
+        parse_stored(HostState, json.dumps(blob))

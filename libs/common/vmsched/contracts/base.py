@@ -4,10 +4,10 @@ validation must not be able to hold a worker for seconds or grow its memory)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, StringConstraints, ValidationInfo
 
 #: Host, cluster, VM and network ids: engine-chosen strings (UUIDs fit), bounded and printable.
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
@@ -81,12 +81,24 @@ def _children(node: Any, path: str, where: str, max_string: int) -> list[tuple[A
     return children
 
 
-def json_bounds(*, max_depth: int, max_nodes: int, max_string: int) -> Callable[[Any], Any]:
+def _stored(info: ValidationInfo) -> bool:
+    """Whether the value comes from a record the state tracker stored after validating it
+    (vmsched.store.state_records.parse_stored says so in the validation context)."""
+    context = info.context
+    return isinstance(context, Mapping) and context.get("stored") is True
+
+
+def json_bounds(*, max_depth: int, max_nodes: int, max_string: int) -> Callable[[Any, ValidationInfo], Any]:
     """A validator bounding a JSON tree: nesting depth, number of nodes (every list, object, key and
-    scalar counts), string length and integer size. The error names where, as a JSON path."""
+    scalar counts), string length and integer size. The error names where, as a JSON path.
+
+    A stored record's tree is not walked again: it was bounded when its message came off the bus,
+    and parse_stored gives the stored context only to records of bounded size."""
     too_many = f"more than {max_nodes} JSON nodes (lists, objects, keys and values)"
 
-    def check(value: Any) -> Any:
+    def check(value: Any, info: ValidationInfo) -> Any:
+        if _stored(info):
+            return value
         nodes = 0
         stack: list[tuple[Any, str, int]] = [(value, "", 0)]
         while stack:
