@@ -64,7 +64,7 @@ from vmsched_services.filter_worker.service import FilterWorker
 
 pytestmark = pytest.mark.integration
 
-#: (queue, reason, body) of one dead letter, as AmqpBus.dead_letters() gives it.
+#: (queue, reason, body) of one dead letter (Bus.dead_letters() gives more).
 DeadLetterRow = tuple[str, str, bytes]
 
 #: Slack on top of a call's timeout before a test calls the bound broken (no speed assertions).
@@ -161,7 +161,7 @@ class AmqpFactory(BusFactory):
         return self._ops
 
     async def dead_letters(self) -> list[DeadLetterRow]:
-        return await (await self.ops()).dead_letters(limit=10_000)
+        return [(d.queue, d.reason, d.body) for d in await (await self.ops()).dead_letters(limit=10_000)]
 
     async def publish_raw(
         self,

@@ -94,6 +94,11 @@ HEADER_ERROR: Final = "x-vmsched-error"
 HEADER_DLX_REASON: Final = "x-vmsched-reason"
 HEADER_DLX_SERVICE: Final = "x-vmsched-service"
 HEADER_DLX_ROUTING_KEY: Final = "x-vmsched-original-routing-key"
+#: The exchange the message was published to ("" for the default exchange), so it can be requeued there.
+HEADER_DLX_EXCHANGE: Final = "x-vmsched-original-exchange"
+#: When it was dead-lettered (unix time in integer milliseconds) and a short id naming it for tools.
+HEADER_DLX_TIME: Final = "x-vmsched-dead-lettered-ms"
+HEADER_DLX_ID: Final = "x-vmsched-dead-letter-id"
 
 # ---------------------------------------------------------------- Redis keys
 # All keys start with the configured prefix (default "vmsched"), which tests vary for isolation.
@@ -109,6 +114,7 @@ KEY_STATE_CLUSTER: Final = "state:cluster"  # {prefix}:state:cluster:{cluster} -
 KEY_STATE_CHANGES: Final = "state:changes"  # {prefix}:state:changes:{cluster} -> stream, id = version
 KEY_CLUSTERS: Final = "clusters"  # {prefix}:clusters -> set of cluster ids
 KEY_DECISION: Final = "decision"  # {prefix}:decision:{request_id} -> ScheduleDecision json (idempotency)
+KEY_DECISION_HISTORY: Final = "decision-history"  # {prefix}:decision-history:{cluster} -> zset request id by time
 KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{cluster} -> owner id, PX = lease time
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{cluster}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts where a start/migration failed

@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     priority_aging_s: float = Field(1.0, gt=0)
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
+    #: Decisions `vmsched decisions` can list per cluster (the newest; each is kept for decision_ttl_s).
+    decision_history_max: int = Field(1000, ge=1, le=100_000)
     #: Unacknowledged messages one consumer holds at once.
     prefetch: int = Field(32, ge=1, le=10_000)
     #: Messages larger than this are refused (dead-lettered) before parsing.

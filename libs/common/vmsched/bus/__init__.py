@@ -1,6 +1,6 @@
 """The message bus: one interface (Bus), a RabbitMQ implementation and an in-memory one."""
 
-from vmsched.bus.base import Bus, DeadLetter, Subscription
+from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode
 from vmsched.bus.memory import MemoryBroker, MemoryBus
 from vmsched.settings import Settings
@@ -13,4 +13,14 @@ def connect(settings: Settings, service: str = "client") -> Bus:
     return AmqpBus(settings, service)
 
 
-__all__ = ["Bus", "DeadLetter", "MemoryBroker", "MemoryBus", "Subscription", "connect", "decode", "encode"]
+__all__ = [
+    "Bus",
+    "DeadLetter",
+    "MemoryBroker",
+    "MemoryBus",
+    "RequeueResult",
+    "Subscription",
+    "connect",
+    "decode",
+    "encode",
+]

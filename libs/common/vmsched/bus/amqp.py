@@ -25,7 +25,7 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import aio_pika
@@ -42,7 +42,7 @@ from aio_pika.abc import (
 from yarl import URL
 
 from vmsched import constants as c
-from vmsched.bus.base import Bus, Subscription
+from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import CONTENT_TYPE, decode, encode, safe_text, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, TRANSIENT, Delivery, Dispatcher, Transport
 from vmsched.contracts import ErrorReply, Message
@@ -168,6 +168,7 @@ def _delivery(queue: str, message: AbstractIncomingMessage) -> Delivery:
         body=message.body,
         routing_key=message.routing_key or "",
         headers=dict(message.headers or {}),
+        exchange=message.exchange or "",
         type=message.type,
         reply_to=message.reply_to,
         correlation_id=message.correlation_id,
@@ -549,25 +550,76 @@ class AmqpBus(Bus):
         return sub
 
     # ------------------------------------------------------------------ operations
-    async def dead_letters(self, limit: int = 100) -> list[tuple[str, str, bytes]]:
-        """Read (without removing) up to `limit` dead letters: (queue, reason, body). For tools and tests."""
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
         await self._declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue
-        out: list[tuple[str, str, bytes]] = []
-        async with self.connection.channel(publisher_confirms=False) as ch:
-            q = await ch.declare_queue(self.name(c.DEAD_LETTER_QUEUE), passive=True)
-            taken: list[AbstractIncomingMessage] = []
-            for _ in range(limit):
-                msg = await q.get(fail=False, no_ack=False)
-                if msg is None:
-                    break
-                taken.append(msg)
-                out.append(
-                    (
-                        str(msg.routing_key),
-                        str(msg.headers.get(c.HEADER_DLX_REASON, "")),
-                        msg.body,
-                    )
-                )
-            for msg in taken:
-                await msg.nack(requeue=True)
+        out: list[DeadLetter] = []
+        try:
+            async with self.connection.channel(publisher_confirms=False) as ch:
+                q = await ch.declare_queue(self.name(c.DEAD_LETTER_QUEUE), passive=True)
+                taken: list[AbstractIncomingMessage] = []
+                for _ in range(max(limit, 0)):
+                    msg = await q.get(fail=False, no_ack=False)
+                    if msg is None:
+                        break
+                    taken.append(msg)
+                    out.append(_dead_letter(msg))
+                # Unacked messages go back to the head of the queue in their order, for the next reader.
+                for msg in taken:
+                    await msg.nack(requeue=True)
+        except BROKER_ERRORS as exc:
+            raise self._unavailable(exc) from None
         return out
+
+    async def requeue_dead_letters(self, ids: Collection[str] | None = None) -> RequeueResult:
+        await self._declare_dead_letter_queue()
+        wanted = None if ids is None else set(ids)
+        result = RequeueResult()
+        exchanges = {self.name(c.RPC_EXCHANGE), self.name(c.EVENTS_EXCHANGE), ""}
+        try:
+            async with self.connection.channel(publisher_confirms=True) as ch:
+                q = await ch.declare_queue(self.name(c.DEAD_LETTER_QUEUE), passive=True)
+                # Only what is there now: a requeued message refused again comes back at the tail.
+                present = q.declaration_result.message_count or 0
+                held: list[AbstractIncomingMessage] = []
+                for _ in range(present):
+                    msg = await q.get(fail=False, no_ack=False)
+                    if msg is None:
+                        break
+                    dl = _dead_letter(msg)
+                    if wanted is not None and dl.id not in wanted:
+                        held.append(msg)
+                        continue
+                    why = dl.unrequeueable(exchanges) or await self._send_again(ch, dl)
+                    if why is None:
+                        await msg.ack()
+                        result.requeued.append(dl.id)
+                    else:
+                        result.skipped[dl.id] = why
+                        held.append(msg)
+                for msg in held:
+                    await msg.nack(requeue=True)
+        except BROKER_ERRORS as exc:
+            raise self._unavailable(exc) from None
+        return result
+
+    async def _send_again(self, ch: AbstractChannel, dl: DeadLetter) -> str | None:
+        """Publish a dead letter where it was first published (confirmed); why not, if it was returned."""
+        exchange = ch.default_exchange if not dl.exchange else await ch.get_exchange(dl.exchange, ensure=False)
+        returned = await exchange.publish(
+            aio_pika.Message(
+                dl.body,
+                headers=dl.requeue_headers(),
+                content_type=CONTENT_TYPE,
+                type=dl.type,
+                delivery_mode=DeliveryMode.PERSISTENT,
+            ),
+            routing_key=dl.routing_key,
+            mandatory=True,
+        )
+        if isinstance(returned, aiormq.abc.DeliveredMessage):
+            return "no queue takes its routing key now"
+        return None
+
+
+def _dead_letter(msg: AbstractIncomingMessage) -> DeadLetter:
+    return DeadLetter.parse(msg.routing_key or "", msg.body, dict(msg.headers or {}), msg.type)

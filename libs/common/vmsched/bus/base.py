@@ -21,11 +21,15 @@ they give the same guarantees to handlers:
 
 from __future__ import annotations
 
+import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from vmsched import constants as c
+from vmsched.bus.dispatch import HEADER_ATTEMPTS, HEADER_DEADLINE, HEADER_ORIGINAL_SIZE, HEADER_TRUNCATED
 from vmsched.contracts import Message
 
 Req = TypeVar("Req", bound=Message)
@@ -36,15 +40,126 @@ RpcHandler = Callable[[Req], Awaitable[Message]]
 EventHandler = Callable[[Ev], Awaitable[None]]
 
 
+#: Headers a dead letter carries about its refusal (vmsched's own and the broker's): a requeued
+#: message goes out without them, and with its transient attempts counted from zero again.
+_BOOKKEEPING_HEADERS = frozenset(
+    {
+        c.HEADER_DLX_REASON,
+        c.HEADER_DLX_SERVICE,
+        c.HEADER_DLX_ROUTING_KEY,
+        c.HEADER_DLX_EXCHANGE,
+        c.HEADER_DLX_TIME,
+        c.HEADER_DLX_ID,
+        HEADER_ATTEMPTS,
+        HEADER_ORIGINAL_SIZE,
+        HEADER_TRUNCATED,
+        HEADER_DEADLINE,
+        "x-death",
+        "x-first-death-exchange",
+        "x-first-death-queue",
+        "x-first-death-reason",
+        "x-last-death-exchange",
+        "x-last-death-queue",
+        "x-last-death-reason",
+    }
+)
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 @dataclass(frozen=True)
 class DeadLetter:
-    """A message a service refused, as kept by the dead-letter queue."""
+    """A message a service (or the broker) refused, as kept by the dead-letter queue.
 
+    Two kinds end up there: copies a service made (vmsched.bus.dispatch.dead_letter_copy: the reason,
+    service, original exchange and routing key, time and an id in x-vmsched-* headers), and messages
+    the broker dead-lettered itself (a reject, an expired request, an overflowing queue), described
+    by its x-death header. `parse` reads both.
+    """
+
+    #: The queue that refused it.
     queue: str
+    #: The routing key it was published with.
     routing_key: str
     reason: str
     body: bytes
     headers: dict[str, Any]
+    #: The exchange it was published to ("" the default exchange); None when not recorded.
+    exchange: str | None = None
+    #: Who refused it: a vmsched service's name, or "broker".
+    service: str = ""
+    dead_lettered_at: datetime | None = None
+    #: Stable across reads: the id the refusing service gave it, else a digest of what it holds.
+    id: str = ""
+    #: The message's `type` property (the model's name): event queues decode by it.
+    type: str | None = None
+
+    @classmethod
+    def parse(
+        cls, dlx_routing_key: str, body: bytes, headers: Mapping[str, Any], type_: str | None = None
+    ) -> DeadLetter:
+        """A dead letter from its dead-letter-exchange routing key, body, headers and type property."""
+        h = dict(headers)
+        death = _first_death(h.get("x-death"))
+        if c.HEADER_DLX_REASON in h:
+            queue, routing_key = dlx_routing_key, _text(h.get(c.HEADER_DLX_ROUTING_KEY, ""))
+            reason, service = _text(h[c.HEADER_DLX_REASON]), _text(h.get(c.HEADER_DLX_SERVICE, ""))
+            exchange = _text(h[c.HEADER_DLX_EXCHANGE]) if c.HEADER_DLX_EXCHANGE in h else None
+            ms = h.get(c.HEADER_DLX_TIME)
+            when = datetime.fromtimestamp(ms / 1000, UTC) if isinstance(ms, int) and not isinstance(ms, bool) else None
+        elif death is not None:
+            keys = death.get("routing-keys") or [dlx_routing_key]
+            queue, routing_key = _text(death.get("queue", "")), _text(keys[0])
+            reason, service = f"{_text(death.get('reason', 'dead-lettered'))} by the broker", "broker"
+            exchange = _text(death["exchange"]) if "exchange" in death else None
+            when = death.get("time") if isinstance(death.get("time"), datetime) else None
+        else:
+            queue, routing_key, reason, service, exchange, when = dlx_routing_key, dlx_routing_key, "", "", None, None
+        if when is not None and when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        ident = _text(h[c.HEADER_DLX_ID]) if c.HEADER_DLX_ID in h else ""
+        if not ident:
+            seen = f"{queue}\0{routing_key}\0{reason}\0{when}\0".encode() + body
+            ident = hashlib.sha256(seen).hexdigest()[:12]
+        return cls(queue, routing_key, reason, body, h, exchange, service, when, ident, type_)
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.headers.get(HEADER_TRUNCATED))
+
+    def unrequeueable(self, exchanges: Collection[str]) -> str | None:
+        """Why this message cannot be sent again to where it was going (None if it can), given the
+        exchanges a requeue may publish to."""
+        if self.truncated:
+            return "its body was cut when it was dead-lettered"
+        if self.exchange is None:
+            return "its original exchange was not recorded"
+        if self.exchange not in exchanges:
+            return f"its original exchange {self.exchange!r} is not one of vmsched's"
+        if self.exchange == "" and not self.routing_key:
+            return "its original routing key was not recorded"
+        return None
+
+    def requeue_headers(self) -> dict[str, Any]:
+        """The message's own headers, without what its refusal added."""
+        return {k: v for k, v in self.headers.items() if k not in _BOOKKEEPING_HEADERS}
+
+
+def _first_death(value: Any) -> dict[str, Any] | None:
+    """The newest x-death entry (RabbitMQ puts it first), if the header holds one."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return {_text(k): v for k, v in value[0].items()}
+    return None
+
+
+@dataclass(frozen=True)
+class RequeueResult:
+    """What `Bus.requeue_dead_letters` did: ids sent back, and the ids left in the queue with why."""
+
+    requeued: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
 
 
 class Subscription(ABC):
@@ -100,4 +215,18 @@ class Bus(ABC):
 
         `queue` names a durable queue shared by competing consumers (it survives restarts); None
         gives this process its own exclusive queue that lives as long as the subscription.
+        """
+
+    # ------------------------------------------------------------------ operations (the dead-letter queue)
+    @abstractmethod
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        """Up to `limit` dead letters, oldest first, left in the queue."""
+
+    @abstractmethod
+    async def requeue_dead_letters(self, ids: Collection[str] | None = None) -> RequeueResult:
+        """Publish the dead letters with these ids (None: every one) again to the exchange and
+        routing key they were first published to, and remove them from the dead-letter queue.
+
+        Only messages whose destination is known and whose body is whole are sent; the others stay,
+        in `skipped` with why. An id not found is left out of both.
         """

@@ -61,6 +61,8 @@ class Delivery:
     body: bytes
     routing_key: str = ""
     headers: Mapping[str, Any] = field(default_factory=dict)
+    #: The exchange it was published to ("" for the default exchange: a retry copy).
+    exchange: str = ""
     type: str | None = None
     reply_to: str | None = None
     correlation_id: str | None = None
@@ -113,13 +115,17 @@ def new_reference() -> str:
 def dead_letter_copy(
     delivery: Delivery, reason: str, service: str, max_body_bytes: int
 ) -> tuple[bytes, dict[str, Any]]:
-    """The body and headers a dead letter is kept with: the reason, who refused it, and a bounded body."""
+    """The body and headers a dead letter is kept with: the reason, who refused it, where it was
+    going (so `vmsched dead-letters requeue` can send it there again), when, and a bounded body."""
     headers = {k: v for k, v in delivery.headers.items() if k != HEADER_DEADLINE}
     headers.update(
         {
             c.HEADER_DLX_REASON: safe_text(reason, REASON_MAX),
             c.HEADER_DLX_SERVICE: service,
             c.HEADER_DLX_ROUTING_KEY: delivery.routing_key,
+            c.HEADER_DLX_EXCHANGE: delivery.exchange,
+            c.HEADER_DLX_TIME: int(time.time() * 1000),
+            c.HEADER_DLX_ID: uuid.uuid4().hex[:12],
         }
     )
     body = delivery.body

@@ -22,12 +22,13 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from vmsched import constants as c
-from vmsched.bus.base import Bus, DeadLetter, Subscription
+from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, Delivery, Dispatcher, Transport
 from vmsched.contracts import ErrorReply, Message
@@ -118,6 +119,7 @@ class MemoryBroker:
             body=body,
             routing_key=route,
             headers=headers or {},
+            exchange=c.RPC_EXCHANGE,
             reply_to="memory",
             correlation_id=uuid.uuid4().hex,
         )
@@ -145,9 +147,9 @@ class _MemoryTransport(Transport):
             self.message.on_reply(body, error)
 
     async def dead_letter(self, body: bytes, headers: dict[str, Any]) -> None:
+        # As on RabbitMQ: the copy goes to the dead-letter exchange under the refusing queue's name.
         d = self.message.delivery
-        reason = str(headers.get(c.HEADER_DLX_REASON, ""))
-        self.broker.dead_letters.append(DeadLetter(d.queue, d.routing_key, reason, body, headers))
+        self.broker.dead_letters.append(DeadLetter.parse(d.queue, body, headers, d.type))
 
     async def retry(self, headers: dict[str, Any]) -> None:
         if self.queue.deleted:
@@ -161,7 +163,17 @@ class _MemoryTransport(Transport):
     async def reject(self) -> None:
         self.settled = True
         d = self.message.delivery
-        self.broker.dead_letters.append(DeadLetter(d.queue, d.routing_key, "rejected", d.body, dict(d.headers)))
+        # The broker's own dead-lettering: the message as it was, described by an x-death entry.
+        death = {
+            "queue": d.queue,
+            "reason": "rejected",
+            "exchange": d.exchange,
+            "routing-keys": [d.routing_key],
+            "time": datetime.now(UTC),
+            "count": 1,
+        }
+        headers = {**d.headers, "x-death": [death]}
+        self.broker.dead_letters.append(DeadLetter.parse(d.routing_key, d.body, headers, d.type))
 
 
 class _Consumer(Subscription):
@@ -264,9 +276,23 @@ class MemoryBus(Bus):
     async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
         self._check_open()
         body, type_ = encode(event), type_name(event)
+        self._route_event(routing_key, body, type_)
+
+    def _route_event(
+        self, routing_key: str, body: bytes, type_: str | None, headers: dict[str, Any] | None = None
+    ) -> None:
         self.broker.route_event(
             routing_key,
-            lambda queue: _Message(Delivery(queue=queue, body=body, routing_key=routing_key, type=type_)),
+            lambda queue: _Message(
+                Delivery(
+                    queue=queue,
+                    body=body,
+                    routing_key=routing_key,
+                    headers=headers or {},
+                    type=type_,
+                    exchange=c.EVENTS_EXCHANGE,
+                )
+            ),
         )
 
     async def subscribe(
@@ -290,6 +316,52 @@ class MemoryBus(Bus):
             return await self.dispatcher.event(delivery, transport, by_name, handler)
 
         return self._consume(q, handle)
+
+    # ------------------------------------------------------------------ operations
+    async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
+        return list(self.broker.dead_letters[: max(limit, 0)])
+
+    async def requeue_dead_letters(self, ids: Collection[str] | None = None) -> RequeueResult:
+        wanted = None if ids is None else set(ids)
+        result = RequeueResult()
+        kept: list[DeadLetter] = []
+        for dl in self.broker.dead_letters:
+            if wanted is not None and dl.id not in wanted:
+                kept.append(dl)
+                continue
+            why = dl.unrequeueable((c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, ""))
+            if why is None and not self._send_again(dl):
+                why = "no queue takes its routing key now"
+            if why is None:
+                result.requeued.append(dl.id)
+            else:
+                result.skipped[dl.id] = why
+                kept.append(dl)
+        self.broker.dead_letters[:] = kept
+        return result
+
+    def _send_again(self, dl: DeadLetter) -> bool:
+        """Put a dead letter back where it was published; False if nothing would take it."""
+        headers = dl.requeue_headers()
+        if dl.exchange == c.EVENTS_EXCHANGE:
+            if not any(any(topic_matches(b, dl.routing_key) for b in q.bindings) for q in self.broker.queues.values()):
+                return False
+            self._route_event(dl.routing_key, dl.body, dl.type, headers)
+            return True
+        # The RPC exchange routes by route; the default exchange (a retry copy's) by queue name.
+        queue = self.broker.routes.get(dl.routing_key) or self.broker.queues.get(dl.routing_key)
+        if queue is None:
+            return False
+        delivery = Delivery(
+            queue=queue.name,
+            body=dl.body,
+            routing_key=dl.routing_key,
+            headers=headers,
+            type=dl.type,
+            exchange=dl.exchange or "",
+        )
+        queue.messages.put_nowait(_Message(delivery))
+        return True
 
     def _consume(self, queue: _Queue, handle: HandleFn) -> Subscription:
         consumer = _Consumer(self.broker, queue, handle, self.settings.prefetch)

@@ -21,6 +21,11 @@ Writes are fenced like pending resources: `put` stores only if the request id ha
 and `token` is still the cluster's latest fencing token, so a selector that lost the cluster lock
 cannot store a decision over (or besides) one its successor made.
 
+Each cluster also has a history, {prefix}:decision-history:{cluster}: a sorted set of the request
+ids of its stored decisions by decision time, the newest `settings.decision_history_max` kept, for
+`vmsched decisions`. The scripts that store decisions add to it, so it costs no round trip of its
+own; `recent` reads the newest in one.
+
 Records written before this layout (a plain ScheduleDecision string) read back with no fingerprint
 and as published.
 
@@ -75,6 +80,21 @@ local function read(key)
 end
 """
 
+# Defines remember(history, request id, decided at ms, cap, ttl ms): the request id into the cluster's
+# history (a sorted set by decision time), the oldest beyond `cap` dropped, kept at least `ttl`.
+_REMEMBER = """
+local function remember(key, member, score, cap, ttl)
+  redis.call('ZADD', key, score, member)
+  local n = redis.call('ZCARD', key)
+  if n > tonumber(cap) then
+    redis.call('ZREMRANGEBYRANK', key, 0, n - tonumber(cap) - 1)
+  end
+  if redis.call('PTTL', key) < tonumber(ttl) then
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+"""
+
 # KEYS decisions. Returns read(key) of each, in order.
 _GET_MANY = (
     _READ
@@ -87,11 +107,14 @@ return out
 """
 )
 
-# KEYS[1] decision, KEYS[2] the cluster's fence; ARGV[1] json, ARGV[2] fingerprint, ARGV[3] ttl ms,
-# ARGV[4] fencing token ('' for none). Returns {1} when stored, {0} when the request id already
-# has a decision (kept), {-1, latest token} when fenced out. Running it twice is harmless: the
-# second run finds the first one's record.
-_PUT = """
+# KEYS[1] decision, KEYS[2] the cluster's fence, KEYS[3] the cluster's history; ARGV[1] json,
+# ARGV[2] fingerprint, ARGV[3] ttl ms, ARGV[4] fencing token ('' for none), ARGV[5] request id,
+# ARGV[6] decided at (ms), ARGV[7] history cap. Returns {1} when stored, {0} when the request id
+# already has a decision (kept), {-1, latest token} when fenced out. Running it twice is harmless:
+# the second run finds the first one's record.
+_PUT = (
+    _REMEMBER
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0}
 end
@@ -103,17 +126,21 @@ if ARGV[4] ~= '' then
 end
 redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'fingerprint', ARGV[2], 'published', '0')
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
+remember(KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[3])
 return {1}
 """
+)
 
-# KEYS[1] the cluster's fence, KEYS[1 + i] decision i; ARGV[1] fencing token ('' for none),
-# ARGV[2] ttl ms, then four per decision from ARGV[3]: json, fingerprint, and the record it may
-# replace as read() showed it (type, raw json), or '', '' to store only where there is none.
+# KEYS[1] the cluster's fence, KEYS[2] the cluster's history, KEYS[2 + i] decision i; ARGV[1]
+# fencing token ('' for none), ARGV[2] ttl ms, ARGV[3] history cap, then six per decision from
+# ARGV[4]: json, fingerprint, the record it may replace as read() showed it (type, raw json) or
+# '', '' to store only where there is none, request id, decided at (ms).
 # Returns {-1, latest token} when fenced out (nothing written), else {0, per decision: {} when
 # stored, read(key) of the record kept}. Running it twice is harmless: the second run finds the
 # first one's records.
 _PUT_MANY = (
     _READ
+    + _REMEMBER
     + """
 if ARGV[1] ~= '' then
   local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -122,18 +149,19 @@ if ARGV[1] ~= '' then
   end
 end
 local out = {}
-for i = 2, #KEYS do
-  local key, a = KEYS[i], 3 + 4 * (i - 2)
+for i = 3, #KEYS do
+  local key, a = KEYS[i], 4 + 6 * (i - 3)
   local found = read(key)
   if #found > 0 and not (found[1] == ARGV[a + 2] and (found[2] or '') == ARGV[a + 3]) then
-    out[i - 1] = found
+    out[i - 2] = found
   else
     if #found > 0 then
       redis.call('DEL', key)
     end
     redis.call('HSET', key, 'decision', ARGV[a], 'fingerprint', ARGV[a + 1], 'published', '0')
     redis.call('PEXPIRE', key, ARGV[2])
-    out[i - 1] = {}
+    remember(KEYS[2], ARGV[a + 4], ARGV[a + 5], ARGV[3], ARGV[2])
+    out[i - 2] = {}
   end
 end
 return {0, out}
@@ -153,6 +181,27 @@ for i, key in ipairs(KEYS) do
 end
 return out
 """
+
+# KEYS[1] the cluster's history; ARGV[1] how many, ARGV[2] the decision keys' prefix (the history
+# names request ids: the keys are built here so the whole read is one script). Returns
+# {request id, read(key)} per id, newest first; ids whose decision expired are dropped from the
+# history on the way.
+_RECENT = (
+    _READ
+    + """
+local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+local out = {}
+for _, id in ipairs(ids) do
+  local found = read(ARGV[2] .. id)
+  if #found == 0 then
+    redis.call('ZREM', KEYS[1], id)
+  else
+    out[#out + 1] = {id, found}
+  end
+end
+return out
+"""
+)
 
 #: Attempts of put_many at storing over unreadable records (each replaced only if still the one read).
 _PUT_ATTEMPTS = 3
@@ -194,6 +243,16 @@ def _parse(found: list[Any], request_id: UUID | str) -> StoredDecision | None:
     return StoredDecision(decision, text(found[2]) or None, text(found[3]) == "1")
 
 
+def _score(decision: ScheduleDecision) -> int:
+    """A decision's place in its cluster's history: its decision time in milliseconds."""
+    return int(decision.decided_at.timestamp() * 1000)
+
+
+def _put_args(decision: ScheduleDecision, fingerprint: str, seen: tuple[Any, Any]) -> tuple[Any, ...]:
+    """One decision's six arguments of _PUT_MANY."""
+    return (decision.model_dump_json(), fingerprint, *seen, str(decision.request_id), _score(decision))
+
+
 def _ids(request_ids: Sequence[UUID | str]) -> Sequence[UUID | str]:
     # A str is a Sequence[str] too: one request id passed alone would be read as one id per character.
     if isinstance(request_ids, str):
@@ -216,7 +275,9 @@ class DecisionStore:
         self._redis = redis
         self._keys = keys or Keys.from_settings(settings)
         self._default_ttl_s = settings.decision_ttl_s
+        self._history_max = settings.decision_history_max
         self._get_many = redis.register_script(_GET_MANY)
+        self._recent = redis.register_script(_RECENT)
         self._put = redis.register_script(_PUT)
         self._put_many = redis.register_script(_PUT_MANY)
         self._mark_many = redis.register_script(_MARK_MANY)
@@ -258,12 +319,15 @@ class DecisionStore:
         key = self._keys.decision(decision.request_id)
         for _ in range(3):
             reply = await self._put(
-                keys=[key, self._keys.fence(decision.cluster_id)],
+                keys=[key, self._keys.fence(decision.cluster_id), self._keys.decision_history(decision.cluster_id)],
                 args=[
                     decision.model_dump_json(),
                     fingerprint,
                     max(1, int(ttl * 1000)),
                     "" if token is None else token,
+                    str(decision.request_id),
+                    _score(decision),
+                    self._history_max,
                 ],
             )
             status = int(reply[0])
@@ -304,17 +368,18 @@ class DecisionStore:
         if others:
             raise ValueError(f"put_many stores the decisions of one cluster, got {cluster} and {', '.join(others)}")
         ttl = self._default_ttl_s if ttl_s is None else ttl_s
-        args: list[Any] = ["" if token is None else token, max(1, int(ttl * 1000))]
+        args: list[Any] = ["" if token is None else token, max(1, int(ttl * 1000)), self._history_max]
         results: dict[int, tuple[bool, StoredDecision]] = {}
         # Index in items -> (type, raw json) of the unreadable record it may replace ('' for none).
         todo: dict[int, tuple[Any, Any]] = dict.fromkeys(range(len(items)), ("", ""))
         for _ in range(_PUT_ATTEMPTS):
             reply = await self._put_many(
-                keys=[self._keys.fence(cluster), *(self._keys.decision(items[i][0].request_id) for i in todo)],
-                args=[
-                    *args,
-                    *(a for i, seen in todo.items() for a in (items[i][0].model_dump_json(), items[i][1], *seen)),
+                keys=[
+                    self._keys.fence(cluster),
+                    self._keys.decision_history(cluster),
+                    *(self._keys.decision(items[i][0].request_id) for i in todo),
                 ],
+                args=[*args, *(a for i, seen in todo.items() for a in _put_args(*items[i], seen))],
             )
             if int(reply[0]) < 0:
                 ids = [str(d.request_id) for d, _ in items]
@@ -334,6 +399,22 @@ class DecisionStore:
             todo = unreadable
         left = ", ".join(str(items[i][0].request_id) for i in todo)
         raise VmschedError(f"decisions for requests {left} could not be stored", location="request_id")
+
+    async def recent(self, cluster_id: str, limit: int = 20) -> list[ScheduleDecision]:
+        """The cluster's latest stored decisions, newest first, at most `limit` (and at most
+        settings.decision_history_max are remembered), in one round trip. Decisions that are not
+        stored (errors, expired requests) are not among them; unreadable ones are left out."""
+        if limit <= 0:
+            return []
+        reply = await self._recent(
+            keys=[self._keys.decision_history(cluster_id)], args=[limit, self._keys.decision("")]
+        )
+        out = []
+        for raw_id, found in reply:
+            record = _parse(found, text(raw_id))
+            if record is not None:
+                out.append(record.decision)
+        return out
 
     async def mark_published(self, request_id: UUID | str) -> bool:
         """Note that the decision's event was published; True if this call marked it."""

@@ -11,6 +11,7 @@ from vmsched.constants import (
     KEY_CLUSTERS,
     KEY_COOLDOWN,
     KEY_DECISION,
+    KEY_DECISION_HISTORY,
     KEY_FENCE,
     KEY_HA_STATE,
     KEY_LEASE,
@@ -82,6 +83,9 @@ class Keys:
     def decision(self, request_id: UUID | str) -> str:
         return self._key(KEY_DECISION, str(request_id))
 
+    def decision_history(self, cluster: str) -> str:
+        return self._key(KEY_DECISION_HISTORY, cluster)
+
     def lease(self, role: str, cluster: str) -> str:
         return self._key(KEY_LEASE, f"{role}:{cluster}")
 
@@ -108,6 +112,7 @@ class Keys:
             self.fence(cluster),
             self.lock(cluster),
             self.ha_state(cluster),
+            self.decision_history(cluster),
             *(self.lease(role, cluster) for role in LEASE_ROLES),
         ]
 
