@@ -12,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from vmsched import constants as c
 from vmsched.bus import Bus, Subscription, connect
 from vmsched.contracts import (
+    ClusterRemoved,
     ClusterReport,
     ClusterState,
     HaAlert,
+    HaCheckRequest,
     HaRecovered,
+    HaReport,
+    HostRemoved,
     HostReport,
     Message,
     MigrationDecision,
@@ -140,6 +144,26 @@ class SchedulerClient:
 
     async def report_vm(self, report: VmReport) -> None:
         await self.bus.publish(c.vm_report_key(report.cluster_id), report)
+
+    async def remove_hosts(self, cluster_id: str, host_ids: Sequence[str], *, reason: str = "") -> None:
+        """Take hosts out of the cluster for good (see HostRemoved); the state tracker applies it in
+        order with the reports. A host that reports again is back."""
+        await self.bus.publish(
+            c.host_removed_key(cluster_id),
+            HostRemoved(cluster_id=cluster_id, host_ids=list(host_ids), reason=reason, removed_at=datetime.now(UTC)),
+        )
+
+    async def remove_cluster(self, cluster_id: str, *, reason: str = "") -> None:
+        """Take the cluster out of vmsched: its state and pending resources are deleted (see
+        ClusterRemoved); its policy link in PostgreSQL stays."""
+        await self.bus.publish(
+            c.cluster_removed_key(cluster_id),
+            ClusterRemoved(cluster_id=cluster_id, reason=reason, removed_at=datetime.now(UTC)),
+        )
+
+    async def ha_check(self, cluster_id: str, *, timeout: float | None = None) -> HaReport:
+        """Run the HA reservation check for the cluster now (an HA monitor answers)."""
+        return await self.bus.call(c.RPC_HA_CHECK, HaCheckRequest(cluster_id=cluster_id), HaReport, timeout=timeout)
 
     async def state(self, cluster_id: str, *, timeout: float | None = None) -> ClusterState:
         return await self.bus.call(c.RPC_STATE, StateRequest(cluster_id=cluster_id), ClusterState, timeout=timeout)

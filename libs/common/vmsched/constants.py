@@ -43,6 +43,8 @@ RPC_QUEUES: Final[dict[str, str]] = {
 HOST_REPORT_PREFIX: Final = "state.host"
 VM_REPORT_PREFIX: Final = "state.vm"
 CLUSTER_REPORT_PREFIX: Final = "state.cluster"
+HOST_REMOVED_PREFIX: Final = "state.host-removed"
+CLUSTER_REMOVED_PREFIX: Final = "state.cluster-removed"
 DECISION_PREFIX: Final = "decision"
 MIGRATION_PREFIX: Final = "migration"
 POWER_PREFIX: Final = "power"
@@ -65,6 +67,14 @@ def vm_report_key(cluster_id: str) -> str:
 
 def cluster_report_key(cluster_id: str) -> str:
     return f"{CLUSTER_REPORT_PREFIX}.{cluster_id}"
+
+
+def host_removed_key(cluster_id: str) -> str:
+    return f"{HOST_REMOVED_PREFIX}.{cluster_id}"
+
+
+def cluster_removed_key(cluster_id: str) -> str:
+    return f"{CLUSTER_REMOVED_PREFIX}.{cluster_id}"
 
 
 def decision_key(cluster_id: str) -> str:
@@ -112,6 +122,7 @@ KEY_STATE_HOSTS: Final = "state:hosts"  # {prefix}:state:hosts:{cluster} -> hash
 KEY_STATE_VMS: Final = "state:vms"  # {prefix}:state:vms:{cluster} -> hash vm_id -> VmState json
 KEY_STATE_CLUSTER: Final = "state:cluster"  # {prefix}:state:cluster:{cluster} -> ClusterSettings json
 KEY_STATE_CHANGES: Final = "state:changes"  # {prefix}:state:changes:{cluster} -> stream, id = version
+KEY_STATE_REMOVED: Final = "state:removed"  # {prefix}:state:removed:{cluster} -> version at removal
 KEY_CLUSTERS: Final = "clusters"  # {prefix}:clusters -> set of cluster ids
 KEY_DECISION: Final = "decision"  # {prefix}:decision:{request_id} -> ScheduleDecision json (idempotency)
 KEY_DECISION_HISTORY: Final = "decision-history"  # {prefix}:decision-history:{cluster} -> zset request id by time

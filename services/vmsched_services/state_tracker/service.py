@@ -1,8 +1,10 @@
 """state-tracker: the one writer of cluster state.
 
-Consumes the engine's reports (state.cluster.*, state.host.*, state.vm.*) from a durable queue,
-keeps every cluster versioned in Redis (vmsched.store.StateWriter), clears a VM's pending record
-once the VM is reported running (or failed, or down), and answers state requests (RPC `state`).
+Consumes the engine's reports (state.cluster.*, state.host.*, state.vm.*) and removals
+(state.host-removed.*, state.cluster-removed.*) from a durable queue, keeps every cluster versioned
+in Redis (vmsched.store.StateWriter), clears a VM's pending record once the VM is reported running
+(or failed, or down), and answers state requests (RPC `state`). A removed cluster's pending records
+and HA status go with its state.
 Order matters: the state is applied (version bumped) *before* the pending record is cleared, and
 the selector reads pending *before* the state version, so a VM is never counted nowhere.
 """
@@ -13,8 +15,10 @@ import asyncio
 
 from vmsched import constants as c
 from vmsched.contracts import (
+    ClusterRemoved,
     ClusterReport,
     ClusterState,
+    HostRemoved,
     HostReport,
     Message,
     StateRequest,
@@ -25,7 +29,7 @@ from vmsched.logging import get_logger
 from vmsched.metrics import STATE_REPORTS
 from vmsched.runtime import Runtime
 from vmsched.store import PendingStore, StateWriter
-from vmsched.store.memories import FailedHosts
+from vmsched.store.memories import FailedHosts, HaStatus
 
 log = get_logger("vmsched.state_tracker")
 
@@ -39,6 +43,7 @@ class StateTracker:
         self.writer = StateWriter(rt.redis, rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
+        self.ha_status = HaStatus(rt.redis, rt.settings)
         # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
         # reports are applied in the order the engine published them.
         self._order = asyncio.Lock()
@@ -62,6 +67,17 @@ class StateTracker:
         elif isinstance(report, ClusterReport):
             await self.writer.apply_cluster(report)
             STATE_REPORTS.labels("cluster").inc()
+        elif isinstance(report, HostRemoved):
+            version = await self.writer.remove_hosts(report.cluster_id, report.host_ids)
+            STATE_REPORTS.labels("host_removed").inc()
+            log.info("hosts removed", cluster=report.cluster_id, hosts=report.host_ids, version=version)
+        elif isinstance(report, ClusterRemoved):
+            # State first: once it is gone the selector answers unknown_cluster and adds no pending.
+            had = await self.writer.remove_cluster(report.cluster_id)
+            await self.pending.forget(report.cluster_id)
+            await self.ha_status.set_failing(report.cluster_id, [])
+            STATE_REPORTS.labels("cluster_removed").inc()
+            log.info("cluster removed", cluster=report.cluster_id, version=had)
 
     async def _settle(self, report: VmReport) -> None:
         """The VM's start or migration is over: clear its pending record, and when it did not end up
@@ -84,7 +100,7 @@ async def start(rt: Runtime) -> None:
     await tracker.load()
     await rt.bus.subscribe(
         [c.STATE_EVENTS_BINDING],
-        [ClusterReport, HostReport, VmReport],
+        [ClusterReport, HostReport, VmReport, HostRemoved, ClusterRemoved],
         tracker.on_report,
         queue=c.STATE_EVENTS_QUEUE,
     )

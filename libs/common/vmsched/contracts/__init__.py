@@ -25,8 +25,10 @@ from vmsched.contracts.scheduling import (
     VmSpec,
 )
 from vmsched.contracts.state import (
+    ClusterRemoved,
     ClusterReport,
     ClusterState,
+    HostRemoved,
     HostReport,
     HostState,
     HostStatus,
@@ -52,6 +54,7 @@ from vmsched.contracts.workers import (
 __all__ = [
     "AffinityGroup",
     "AffinityRule",
+    "ClusterRemoved",
     "ClusterReport",
     "ClusterState",
     "DecisionStatus",
@@ -65,6 +68,7 @@ __all__ = [
     "HaCheckRequest",
     "HaRecovered",
     "HaReport",
+    "HostRemoved",
     "HostReport",
     "HostState",
     "HostStatus",

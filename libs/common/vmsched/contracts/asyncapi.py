@@ -22,7 +22,7 @@ from vmsched.contracts.balance import (
 from vmsched.contracts.base import Message
 from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
-from vmsched.contracts.state import ClusterReport, ClusterState, HostReport, VmReport
+from vmsched.contracts.state import ClusterRemoved, ClusterReport, ClusterState, HostRemoved, HostReport, VmReport
 from vmsched.contracts.workers import (
     ErrorReply,
     FilterReply,
@@ -110,6 +110,20 @@ EVENTS: list[tuple[str, str, type[Message], str, str]] = [
         VmReport,
         "receive",
         "The engine reports a VM's placement and status; RUNNING/FAILED/DOWN clears its pending record.",
+    ),
+    (
+        "hostRemoved",
+        c.HOST_REMOVED_PREFIX + ".{clusterId}",
+        HostRemoved,
+        "receive",
+        "Hosts taken out of the cluster for good; the state tracker drops them and the VMs counted on them.",
+    ),
+    (
+        "clusterRemoved",
+        c.CLUSTER_REMOVED_PREFIX + ".{clusterId}",
+        ClusterRemoved,
+        "receive",
+        "A cluster taken out of vmsched; the state tracker deletes its state and pending resources.",
     ),
     (
         "decision",

@@ -18,6 +18,7 @@ from vmsched.contracts.base import (
     Key,
     Message,
     ShortValue,
+    Text,
 )
 
 #: A host group's (Nova aggregate's) metadata: Nova stores an aggregate's keys and values as String(255).
@@ -130,6 +131,33 @@ class VmReport(Message):
     #: Networks the VM's interfaces use (a migration target must have them).
     networks: list[Id] = Field(default_factory=list, max_length=256)
     reported_at: datetime | None = None
+
+
+class HostRemoved(Message):
+    """Hosts taken out of a cluster for good (`vmsched hosts remove`). Routing key state.host-removed.<cluster>.
+
+    The state tracker drops their records and the VMs counted on them, as one new state version:
+    workers' caches drop the hosts when they catch up. A removed host that reports again is back.
+    Ids the cluster does not have are ignored.
+    """
+
+    cluster_id: Id
+    host_ids: list[Id] = Field(min_length=1, max_length=100_000)
+    reason: Text = ""
+    removed_at: datetime | None = None
+
+
+class ClusterRemoved(Message):
+    """A cluster taken out of vmsched (`vmsched clusters remove`). Routing key state.cluster-removed.<cluster>.
+
+    The state tracker deletes its state (hosts, VMs, settings, change stream) and pending resources;
+    the cluster is then unknown until it is reported again. Its policy link (PostgreSQL) and its
+    stored decisions (until they expire) stay.
+    """
+
+    cluster_id: Id
+    reason: Text = ""
+    removed_at: datetime | None = None
 
 
 class HostState(Message):

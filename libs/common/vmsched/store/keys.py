@@ -21,6 +21,7 @@ from vmsched.constants import (
     KEY_STATE_CHANGES,
     KEY_STATE_CLUSTER,
     KEY_STATE_HOSTS,
+    KEY_STATE_REMOVED,
     KEY_STATE_VERSION,
     KEY_STATE_VMS,
     KEY_TRIED,
@@ -77,6 +78,9 @@ class Keys:
     def state_changes(self, cluster: str) -> str:
         return self._key(KEY_STATE_CHANGES, cluster)
 
+    def state_removed(self, cluster: str) -> str:
+        return self._key(KEY_STATE_REMOVED, cluster)
+
     def clusters(self) -> str:
         return f"{self.prefix}:{KEY_CLUSTERS}"
 
@@ -107,6 +111,7 @@ class Keys:
             self.state_vms(cluster),
             self.state_cluster(cluster),
             self.state_changes(cluster),
+            self.state_removed(cluster),
             self.pending(cluster),
             self.pending_version(cluster),
             self.fence(cluster),

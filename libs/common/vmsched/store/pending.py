@@ -199,6 +199,16 @@ class PendingStore:
         )
         return bool(removed)
 
+    async def forget(self, cluster_id: str) -> int:
+        """Drop every record of the cluster (it was removed); returns how many there were. The
+        pending version still moves on, so a request waiting for a change wakes up."""
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hlen(self._keys.pending(cluster_id))
+            pipe.delete(self._keys.pending(cluster_id))
+            pipe.incr(self._keys.pending_version(cluster_id))
+            count, _, _ = await pipe.execute()
+        return int(count)
+
     async def get(self, cluster_id: str, vm_id: str) -> PendingEntry | None:
         """The VM's record, if any (expired or not: the caller decides)."""
         raw = await self._redis.hget(self._keys.pending(cluster_id), vm_id)

@@ -137,10 +137,10 @@ class StateCache:
         """(version, HostTable) at `min_version` or later that has every host of `host_ids`: the
         state a worker's request was made against.
 
-        The state tracker never removes a host, so a table at that version or later that lacks one
-        of the request's hosts is not that state: the cache's copy predates a state that was lost
-        and reported again (its version numbers start over). The cache then reloads in full from
-        Redis once; if the version or a host is still not there, StaleState says which.
+        A table at that version or later that lacks one of the request's hosts is either not that
+        state (the cache's copy predates a state that was lost and reported again: its version
+        numbers start over) or one where the host was removed since. The cache then reloads in full
+        from Redis once; if the version or a host is still not there, StaleState says which.
         """
         wanted = list(host_ids)
         version, table = await self.table(cluster_id, min_version=min_version)
@@ -157,7 +157,7 @@ class StateCache:
             raise StaleState(
                 f"cluster {cluster_id}: hosts {', '.join(missing[:5])}{more} of the request are unknown "
                 f"at state version {cached.version} (the request was made against version {min_version}); "
-                "the cluster's state was lost or rewritten since",
+                "they were removed, or the cluster's state was lost or rewritten since",
                 location="state_version",
             )
         return cached.version, cached.table

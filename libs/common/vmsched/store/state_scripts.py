@@ -7,7 +7,11 @@ Layout per cluster (key names in vmsched.store.keys):
 - state:vms       hash vm_id -> VmReport JSON of the VMs that count (starting, running, migrating);
 - state:cluster   ClusterReport JSON (cluster-wide settings);
 - state:changes   stream, one entry per version, id "<version>-0", fields `hosts` (JSON list of the
-                  host ids whose HostState changed), `cluster` ("1" if the settings changed), `kind`.
+                  host ids whose HostState changed or that were removed), `cluster` ("1" if the
+                  settings changed), `kind`;
+- state:removed   the version a removed cluster had reached, plus one: a cluster reported again
+                  after its removal goes on from there, so its versions never repeat an earlier
+                  one (a worker's cache of the old cluster can then never pass for the new one).
 
 Every apply writes all of that in one Lua script, so a reader never sees a version whose changes
 are half written, and a reader that has version v catches up by reading the stream from v+1 and
@@ -16,13 +20,15 @@ only the hosts it names.
 
 from __future__ import annotations
 
-# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set
+# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
+#       [7] removed (the version a removed cluster goes on from)
 # ARGV: [1] expected version, [2] stream maxlen, [3] cluster id, [4] settings JSON or '',
-#       [5] kind, [6] changed host ids (JSON list), [7] number of host pairs, host_id, json, ...,
-#       then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id, ...
+#       [5] kind, [6] changed or removed host ids (JSON list), [7] number of host pairs, host_id,
+#       json, ..., then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id,
+#       ..., then number of host deletions, host_id, ...
 # Returns {1, new version} or {0, current version} when the expected version is not current.
 APPLY = """
-local cur = tonumber(redis.call('GET', KEYS[1]) or '0')
+local cur = tonumber(redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[7]) or '0')
 if cur ~= tonumber(ARGV[1]) then
   return {0, cur}
 end
@@ -46,6 +52,10 @@ n = tonumber(ARGV[i]); i = i + 1
 for _ = 1, n do
   redis.call('HDEL', KEYS[3], ARGV[i]); i = i + 1
 end
+n = tonumber(ARGV[i] or '0'); i = i + 1
+for _ = 1, n do
+  redis.call('HDEL', KEYS[2], ARGV[i]); i = i + 1
+end
 local settings_changed = '0'
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[4])
@@ -56,6 +66,23 @@ redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], v .. '-0',
   'hosts', ARGV[6], 'cluster', settings_changed, 'kind', ARGV[5])
 redis.call('SADD', KEYS[6], ARGV[3])
 return {1, v}
+"""
+
+# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
+#       [7] removed
+# ARGV: [1] cluster id
+# Deletes the cluster's state and notes the version it goes on from if reported again.
+# Returns the version the cluster had, or 0 if it had none (unknown, or removed already).
+REMOVE_CLUSTER = """
+local cur = redis.call('GET', KEYS[1])
+if not cur then
+  redis.call('SREM', KEYS[6], ARGV[1])
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('SREM', KEYS[6], ARGV[1])
+redis.call('SET', KEYS[7], tonumber(cur) + 1)
+return tonumber(cur)
 """
 
 # KEYS: [1] version, [2] changes, [3] hosts, [4] cluster settings
@@ -115,4 +142,4 @@ end
 return {v, 1, hosts, values, settings_changed, settings}
 """
 
-__all__ = ["APPLY", "CATCH_UP"]
+__all__ = ["APPLY", "CATCH_UP", "REMOVE_CLUSTER"]

@@ -28,7 +28,7 @@ from vmsched.settings import Settings
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text as _text
 from vmsched.store.state_records import aggregate_host, counts_on_host, parse_stored
-from vmsched.store.state_scripts import APPLY
+from vmsched.store.state_scripts import APPLY, REMOVE_CLUSTER
 
 log = get_logger(__name__)
 
@@ -68,6 +68,16 @@ class _Cluster:
                     del self.by_host[old.host_id]
         return old
 
+    def drop_host(self, host_id: str) -> list[str]:
+        """Forget a host and the VMs counted on it; returns those VMs' ids."""
+        del self.hosts[host_id]
+        self.cpu_samples.pop(host_id, None)
+        self.build_failures.pop(host_id, None)
+        vm_ids = sorted(self.by_host.pop(host_id, ()))
+        for vm_id in vm_ids:
+            self.vms.pop(vm_id, None)
+        return vm_ids
+
     def host_state(self, host_id: str) -> HostState:
         return aggregate_host(
             self.hosts[host_id],
@@ -92,6 +102,7 @@ class _Write:
     vms_set: list[VmReport] = field(default_factory=list)
     vms_deleted: list[str] = field(default_factory=list)
     settings: ClusterReport | None = None
+    hosts_deleted: list[str] = field(default_factory=list)
 
 
 class StateWriter:
@@ -113,6 +124,7 @@ class StateWriter:
         self._keys = keys or Keys.from_settings(settings)
         self._maxlen = changes_maxlen
         self._apply = redis.register_script(APPLY)
+        self._remove_cluster = redis.register_script(REMOVE_CLUSTER)
         self._clusters: dict[str, _Cluster] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -196,6 +208,48 @@ class StateWriter:
 
         return await self._apply_change(report.cluster_id, change)
 
+    # ------------------------------------------------------------------ removing
+    async def remove_hosts(self, cluster_id: str, host_ids: Iterable[str]) -> int:
+        """Drop hosts and the VMs counted on them, as one new version whose change names the hosts
+        (a reader catching up finds their records gone and drops them). Ids the cluster does not
+        have are ignored; when it has none of them nothing is written and the version stays.
+        Returns the cluster's version after."""
+        wanted = set(host_ids)
+
+        def change(c: _Cluster) -> _Write | None:
+            gone = sorted(h for h in wanted if h in c.hosts)
+            if not gone:
+                return None
+            vms = [vm for h in gone for vm in c.drop_host(h)]
+            return _Write(kind="host-removed", hosts_deleted=gone, vms_deleted=vms)
+
+        version = await self._apply_change(cluster_id, change)
+        c = self._clusters.get(cluster_id)
+        if c is not None and not (c.hosts or c.vms or c.settings):
+            self._clusters.pop(cluster_id, None)  # an unknown cluster named by mistake: keep nothing of it
+        return version
+
+    async def remove_cluster(self, cluster_id: str) -> int:
+        """Delete the cluster's state (hosts, VMs, settings, change stream) and forget it: it is
+        unknown until reported again, and then its versions go on from past the last one it had.
+        Returns the version it had, or 0 if it had no state."""
+        async with self._lock(cluster_id):
+            self._clusters.pop(cluster_id, None)
+            k = self._keys
+            had = await self._remove_cluster(
+                keys=[
+                    k.state_version(cluster_id),
+                    k.state_hosts(cluster_id),
+                    k.state_vms(cluster_id),
+                    k.state_cluster(cluster_id),
+                    k.state_changes(cluster_id),
+                    k.clusters(),
+                    k.state_removed(cluster_id),
+                ],
+                args=[cluster_id],
+            )
+            return int(had)
+
     # ------------------------------------------------------------------ reading (memory)
     def version(self, cluster_id: str) -> int:
         c = self._clusters.get(cluster_id)
@@ -227,7 +281,7 @@ class StateWriter:
             lock = self._locks[cluster_id] = asyncio.Lock()
         return lock
 
-    async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], _Write]) -> int:
+    async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], _Write | None]) -> int:
         async with self._lock(cluster_id):
             for attempt in range(2):
                 cluster = self._clusters.get(cluster_id)
@@ -238,6 +292,8 @@ class StateWriter:
                 # below drops the cluster from memory, so the next apply reloads what Redis holds.
                 try:
                     write = change(cluster)
+                    if write is None:  # nothing changed: no version
+                        return cluster.version
                     version = await self._commit(cluster, write)
                 except BaseException:
                     self._clusters.pop(cluster_id, None)
@@ -260,7 +316,7 @@ class StateWriter:
             c.cluster_id,
             w.settings.model_dump_json() if w.settings is not None else "",
             w.kind,
-            json.dumps(w.hosts),
+            json.dumps(w.hosts + w.hosts_deleted),
             len(w.hosts),
         ]
         for h in w.hosts:
@@ -270,6 +326,8 @@ class StateWriter:
             args += [vm.vm_id, vm.model_dump_json()]
         args.append(len(w.vms_deleted))
         args += w.vms_deleted
+        args.append(len(w.hosts_deleted))
+        args += w.hosts_deleted
         cid = c.cluster_id
         ok, version = await self._apply(
             keys=[
@@ -279,6 +337,7 @@ class StateWriter:
                 self._keys.state_cluster(cid),
                 self._keys.state_changes(cid),
                 self._keys.clusters(),
+                self._keys.state_removed(cid),
             ],
             args=args,
         )
@@ -294,8 +353,11 @@ class StateWriter:
             pipe.get(self._keys.state_cluster(cluster_id))
             pipe.hgetall(self._keys.state_hosts(cluster_id))
             pipe.hgetall(self._keys.state_vms(cluster_id))
-            raw_version, raw_settings, raw_hosts, raw_vms = await pipe.execute()
-        c = _Cluster(cluster_id=cluster_id, version=int(raw_version) if raw_version is not None else 0)
+            pipe.get(self._keys.state_removed(cluster_id))
+            raw_version, raw_settings, raw_hosts, raw_vms, removed_at = await pipe.execute()
+        # A removed cluster reported again goes on from its old versions (state_scripts.APPLY).
+        version = raw_version if raw_version is not None else removed_at
+        c = _Cluster(cluster_id=cluster_id, version=int(version) if version is not None else 0)
         if raw_settings is not None:
             c.settings = parse_stored(ClusterReport, raw_settings)
         stored: dict[str, HostState] = {}
