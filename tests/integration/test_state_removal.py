@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from functools import partial
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -50,7 +51,9 @@ async def test_removed_hosts_go_in_one_version_and_caches_drop_them_incrementall
     assert await writer.remove_hosts(c, ["h2", "not-there"]) == 6
     assert sorted(await redis_client.hkeys(keys.state_hosts(c))) == [b"h1", b"h3"]
     assert await redis_client.hkeys(keys.state_vms(c)) == [b"vm-2"]  # vm-1 was counted on h2
-    [(entry_id, fields)] = await redis_client.xrevrange(keys.state_changes(c), count=1)
+    [(entry_id, fields)] = cast(
+        list[tuple[bytes, dict[bytes, bytes]]], await redis_client.xrevrange(keys.state_changes(c), count=1)
+    )
     assert entry_id == b"6-0"
     assert (json.loads(fields[b"hosts"]), fields[b"kind"]) == (["h2"], b"host-removed")
 
