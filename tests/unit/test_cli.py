@@ -1,14 +1,38 @@
-"""The CLI answers a user's mistakes and a server that is down with a sentence, never a traceback.
+"""The CLI answers a user's mistakes and a server that is down with a sentence, never a traceback,
+and with an exit code that says which it was.
 
 The servers here are addresses where nothing listens (a refused connection is immediate), so no
-running server is needed.
+running server is needed; each other failure class is raised from inside a command.
 """
 
 from __future__ import annotations
 
-import pytest
+import argparse
+import io
+import re
+import sys
+from importlib.metadata import version
+from pathlib import Path
 
-from vmsched_services.tools.cli import EXIT_ERROR, EXIT_USAGE, main
+import asyncpg
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+import vmsched
+from vmsched import errors
+from vmsched_services.tools import cli
+from vmsched_services.tools.cli import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    build_parser,
+    checkout_contracts,
+    explain_failure,
+    main,
+)
 
 NOWHERE = "127.0.0.1:1"  # a port nothing listens on: connections are refused at once
 
@@ -20,11 +44,74 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     return code, err
 
 
-def test_version_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+def usage_error(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """argparse's own refusal: exit 2 and its message."""
+    with pytest.raises(SystemExit) as info:
+        main(list(argv))
+    assert info.value.code == EXIT_USAGE
+    return capsys.readouterr().err
+
+
+def failing_command(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None:
+    """`vmsched units list` raises `exc` (the parser is built when main runs, after the patch)."""
+
+    def boom(args: argparse.Namespace) -> int:
+        raise exc
+
+    monkeypatch.setattr(cli, "cmd_units_list", boom)
+
+
+# ---------------------------------------------------------------------- version and help
+
+
+def test_version_is_the_installed_distributions(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["--version"])
     assert info.value.code == 0
-    assert capsys.readouterr().out.startswith("vmsched ")
+    assert capsys.readouterr().out == f"vmsched {version('vmsched')}\n"
+
+
+def test_help_lists_the_exit_codes_and_the_servers_variables() -> None:
+    text = build_parser().format_help()
+    for code in (EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE):
+        assert re.search(rf"^  {code}\s+\S", text, re.MULTILINE), code
+    for variable in ("VMSCHED_AMQP_URL", "VMSCHED_REDIS_URL", "VMSCHED_POSTGRES_URL", "VMSCHED_DEBUG"):
+        assert variable in text
+
+
+def _parsers(parser: argparse.ArgumentParser, path: str = "vmsched") -> list[tuple[str, argparse.ArgumentParser]]:
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _parsers(child, f"{path} {name}")
+    return found
+
+
+def test_every_option_has_help_and_a_setting_backed_one_names_its_variable() -> None:
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 20
+    for path, parser in parsers:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                continue
+            assert action.help, f"{path} {action.dest} has no help"
+    helps = {path: p.format_help() for path, p in parsers}
+    for path in ("vmsched schedule", "vmsched state", "vmsched ha-check", "vmsched hosts remove"):
+        assert "$VMSCHED_RPC_TIMEOUT_S" in helps[path], path
+    assert "$VMSCHED_POSTGRES_URL" in helps["vmsched db migrate"]
+    assert "$VMSCHED_DECISION_HISTORY_MAX" in helps["vmsched decisions"]
+    assert "policy link in" in helps["vmsched clusters remove"]
+
+
+def test_debug_is_taken_before_or_after_the_command() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["--debug", "units", "list"]).debug
+    assert parser.parse_args(["units", "list", "--debug"]).debug
+    assert not parser.parse_args(["units", "list"]).debug
+
+
+# ---------------------------------------------------------------------- input mistakes
 
 
 def test_a_missing_vm_file_is_a_usage_error_naming_the_file(capsys: pytest.CaptureFixture[str]) -> None:
@@ -33,32 +120,260 @@ def test_a_missing_vm_file_is_a_usage_error_naming_the_file(capsys: pytest.Captu
     assert err == "vmsched: /nonexistent/vm.json: No such file or directory\n"
 
 
+def test_a_vm_file_that_is_not_json_says_where(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    vm = tmp_path / "vm.json"
+    vm.write_text('{"vm_id": "v1",\n  mem_mb: 5}')
+    code, err = run(capsys, "schedule", "--cluster", "c1", "--vm", str(vm))
+    assert code == EXIT_USAGE
+    assert err.startswith(f"vmsched: {vm}: not valid JSON: ")
+    assert "line 2 column 3" in err
+
+
+def test_a_vm_that_does_not_validate_names_its_fields(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    vm = tmp_path / "vm.json"
+    vm.write_text('{"vm_id": "v 1", "mem_mb": "5", "vcpus": 2, "extra_specs": {"a": 1}}')
+    code, err = run(capsys, "schedule", "--cluster", "c1", "--vm", str(vm))
+    assert code == EXIT_USAGE
+    first = err.splitlines()[0]
+    assert first.startswith(f"vmsched: {vm}: not a valid VM: ")
+    for field in ("vm_id:", "mem_mb:", "extra_specs.a:"):
+        assert field in first
+
+
+def test_a_vm_from_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"[1, 2]")))
+    code, err = run(capsys, "schedule", "--cluster", "c1", "--vm", "-")
+    assert code == EXIT_USAGE
+    assert err.startswith("vmsched: stdin: not a valid VM: (the document): ")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["schedule", "--cluster", "c 1", "--vm", "vm.json"],
+        ["state", "--cluster=.c1"],
+        ["hosts", "remove", "--cluster", "c1", "h1", "h/2"],
+        ["clusters", "remove", "x" * 65],
+        ["schedule", "--cluster", "c1", "--vm", "vm.json", "--exclude", "h 1"],
+    ],
+)
+def test_a_bad_id_is_refused_before_anything_is_sent(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    err = usage_error(capsys, *argv)
+    assert "is not a valid id: 1 to 64 letters, digits and . _ : @ -, starting with a letter or digit" in err
+
+
+def test_a_request_id_must_be_a_uuid(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "'nope' is not a request id: a UUID" in usage_error(capsys, "explain", "nope")
+
+
+def test_a_setting_that_does_not_validate_names_its_variable(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("VMSCHED_RPC_TIMEOUT_S", "soon")
+    code, err = run(capsys, "state", "--cluster", "c1")
+    assert code == EXIT_USAGE
+    assert err.startswith("vmsched: invalid setting: VMSCHED_RPC_TIMEOUT_S: ")
+
+
+def test_requeue_needs_targets_or_all_and_all_needs_a_yes_without_a_terminal(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, err = run(capsys, "dead-letters", "requeue")
+    assert (code, err) == (EXIT_USAGE, "vmsched: name the dead letters to requeue (N or ID), or pass --all\n")
+    code, _ = run(capsys, "dead-letters", "requeue", "3", "--all")
+    assert code == EXIT_USAGE
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
+    code, err = run(capsys, "dead-letters", "requeue", "--all")
+    assert code == EXIT_USAGE
+    assert "needs confirmation" in err
+    assert "--yes" in err
+
+
+# ---------------------------------------------------------------------- servers that are down
+
+
 def test_an_unreachable_broker_is_named_with_what_to_do(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VMSCHED_AMQP_URL", f"amqp://guest:secret@{NOWHERE}/")
     code, err = run(capsys, "state", "--cluster", "c1")
     assert code == EXIT_ERROR
-    assert f"RabbitMQ at amqp://guest:***@{NOWHERE}/ is unreachable" in err
+    assert err.startswith(f"vmsched: bus_unavailable: RabbitMQ at amqp://guest:***@{NOWHERE}/ is unreachable")
     assert "VMSCHED_AMQP_URL" in err
+    assert "rabbitmq-server -detached" in err
     assert "secret" not in err
 
 
 def test_an_unreachable_redis_is_named_with_what_to_do(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("VMSCHED_REDIS_URL", f"redis://{NOWHERE}/0")
-    code, err = run(capsys, "explain", "00000000-0000-0000-0000-000000000001")
-    assert code == EXIT_ERROR
-    assert f"Redis (redis://{NOWHERE}/0) is unreachable" in err
-    assert "VMSCHED_REDIS_URL" in err
+    monkeypatch.setenv("VMSCHED_REDIS_URL", f"redis://:secret@{NOWHERE}/0")
+    for argv in (["explain", "00000000-0000-0000-0000-000000000001"], ["decisions", "--cluster", "c1"]):
+        code, err = run(capsys, *argv)
+        assert code == EXIT_ERROR
+        assert err.startswith(f"vmsched: Redis at redis://:***@{NOWHERE}/0 is unreachable")
+        assert "VMSCHED_REDIS_URL" in err
+        assert "redis-server" in err
+        assert "secret" not in err
 
 
-def test_an_unreachable_postgresql_is_named_without_its_password(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_an_unreachable_postgresql_is_named_without_its_password(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "db", "migrate", "--dsn", f"postgresql://admin:secret@{NOWHERE}/vmsched")
     assert code == EXIT_ERROR
     assert f"PostgreSQL at {NOWHERE}/vmsched is unreachable" in err
     assert "VMSCHED_POSTGRES_URL" in err
+    assert "pg_ctlcluster" in err
     assert "secret" not in err
+
+
+# ---------------------------------------------------------------------- every failure class
+
+FAILURES: list[tuple[BaseException, int, str, str | None]] = [
+    (errors.NoConsumer("no service serves 'state'"), EXIT_ERROR, "no_consumer: no service serves", "state-tracker"),
+    (errors.RpcTimeout("no reply to 'state' within 5 s"), EXIT_ERROR, "rpc_timeout: no reply", "--timeout"),
+    (
+        errors.RemoteError("unknown_cluster", "no state reported for cluster c9", location="cluster_id"),
+        EXIT_ERROR,
+        "unknown_cluster: cluster c9 is unknown: no state has been reported for it",
+        "vmsched clusters list",
+    ),
+    (errors.RemoteError("internal", "internal error (reference ab12)"), EXIT_ERROR, "internal:", "reference above"),
+    (errors.DatabaseMissing('database "x" does not exist'), EXIT_ERROR, "database_missing:", "vmsched db migrate"),
+    (errors.LockTimeout("lock of c1 not acquired"), EXIT_ERROR, "lock_timeout: lock of c1", None),
+    (errors.InvalidRequest("must be 1 or more", location="vm.vcpus"), EXIT_ERROR, "invalid_request: vm.vcpus:", None),
+    (RedisConnectionError("Error 111 connecting"), EXIT_ERROR, "Redis at redis://", "redis-server"),
+    (asyncpg.exceptions.UndefinedTableError("relation does not exist"), EXIT_ERROR, "PostgreSQL at", None),
+    (PermissionError(13, "Permission denied", "/etc/vm.json"), EXIT_USAGE, "/etc/vm.json: Permission denied", None),
+    (ConnectionRefusedError(111, "Connection refused"), EXIT_ERROR, "ConnectionRefusedError", "scripts/servers.sh"),
+    (ExceptionGroup("tasks", [errors.RpcTimeout("late")]), EXIT_ERROR, "rpc_timeout: late", None),
+]
+
+
+@pytest.mark.parametrize(("exc", "code", "message", "hint"), FAILURES, ids=lambda v: type(v).__name__)
+def test_each_failure_class_is_a_sentence_with_a_hint_and_its_exit_code(
+    exc: BaseException, code: int, message: str, hint: str | None
+) -> None:
+    told = explain_failure(exc, needs="state-tracker", cluster="c9")
+    assert told is not None
+    assert told.code == code
+    assert message in told.message
+    if hint is not None:
+        assert told.hint is not None
+        assert hint in told.hint
+
+
+def test_a_failure_is_printed_as_code_message_and_hint(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_command(monkeypatch, errors.NoConsumer("no service serves 'ha-check'"))
+    code, err = run(capsys, "units", "list")
+    assert code == EXIT_ERROR
+    assert err.splitlines() == [
+        "vmsched: no_consumer: no service serves 'ha-check'",
+        "  start the services (`vmsched up`, or `vmsched run SERVICE` for each)",
+    ]
+
+
+def test_an_unexpected_error_is_one_line_with_a_reference_and_the_traceback_kept(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("VMSCHED_DEBUG", raising=False)
+    failing_command(monkeypatch, ZeroDivisionError("division by zero"))
+    code, err = run(capsys, "units", "list")
+    assert code == EXIT_ERROR
+    first, second = err.splitlines()
+    match = re.fullmatch(r"vmsched: unexpected error \(reference (\w{8})\): ZeroDivisionError: division by zero", first)
+    assert match is not None
+    kept = re.search(r"the traceback is in (\S+);", second)
+    assert kept is not None
+    assert match.group(1) in kept.group(1)
+    saved = Path(kept.group(1)).read_text()
+    assert "Traceback" in saved
+    assert "ZeroDivisionError" in saved
+    Path(kept.group(1)).unlink()
+
+
+@pytest.mark.parametrize("how", ["--debug", "VMSCHED_DEBUG"])
+def test_debug_shows_the_traceback(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    failing_command(monkeypatch, ZeroDivisionError("division by zero"))
+    if how == "VMSCHED_DEBUG":
+        monkeypatch.setenv("VMSCHED_DEBUG", "1")
+        code = main(["units", "list"])
+    else:
+        monkeypatch.delenv("VMSCHED_DEBUG", raising=False)
+        code = main(["units", "list", "--debug"])
+    err = capsys.readouterr().err
+    assert code == EXIT_ERROR
+    assert "Traceback (most recent call last)" in err
+    assert "ZeroDivisionError: division by zero" in err
+
+
+def test_ctrl_c_exits_130_quietly(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    failing_command(monkeypatch, KeyboardInterrupt())
+    assert run(capsys, "units", "list") == (EXIT_INTERRUPTED, "")
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout whose reader went away (`vmsched units list | head -1`)."""
+
+    def write(self, s: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with capsys.disabled():
+        monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+        err = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", err)
+        assert main(["units", "list"]) == EXIT_BROKEN_PIPE
+    assert err.getvalue() == ""
+
+
+# ---------------------------------------------------------------------- contracts --check
+
+
+def test_contracts_check_in_this_checkout_passes(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    root = checkout_contracts(Path(vmsched.__file__).resolve().parent)
+    assert root is not None
+    assert root.is_dir()
+    assert root.parent.joinpath("pyproject.toml").is_file()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)  # found next to the package, wherever it is run from
+        assert main(["contracts", "--check"]) == EXIT_OK
+    assert capsys.readouterr().out == f"{root} matches the message models\n"
+
+
+def test_contracts_check_of_a_missing_directory_fails(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, err = run(capsys, "contracts", "--check", "--out", str(tmp_path / "nowhere"))
+    assert code == EXIT_ERROR
+    assert err.startswith(f"vmsched: {tmp_path / 'nowhere'} does not exist: there is nothing to check")
+
+
+def test_contracts_check_outside_a_checkout_does_not_claim_success(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    installed = tmp_path / "lib" / "python3.11" / "site-packages" / "vmsched"
+    installed.mkdir(parents=True)
+    monkeypatch.setattr(vmsched, "__file__", str(installed / "__init__.py"))
+    monkeypatch.chdir(tmp_path)
+    code, err = run(capsys, "contracts", "--check")
+    assert code == EXIT_ERROR
+    assert err.startswith(f"vmsched: no contracts/ directory next to the installed package ({installed})")
+    assert "--out DIR" in err
+    assert "matches" not in capsys.readouterr().out
+
+
+def test_contracts_check_of_a_stale_directory_lists_the_files(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert main(["contracts", "--out", str(tmp_path)]) == EXIT_OK
+    (tmp_path / "schemas" / "HostRemoved.json").write_text("{}\n")
+    (tmp_path / "schemas" / "Extra.json").write_text("{}\n")
+    capsys.readouterr()
+    code, err = run(capsys, "contracts", "--check", "--out", str(tmp_path))
+    assert code == EXIT_NOT_FOUND
+    assert "schemas/HostRemoved.json, schemas/Extra.json" in err

@@ -7,6 +7,12 @@ vmsched schedule --cluster C --vm vm.json
 vmsched explain REQUEST_ID         a decision's full table (filters and weights per host)
 vmsched watch [--cluster C]        decisions, migrations, power advice and HA alerts, live
 vmsched state --cluster C          what the state tracker knows
+vmsched decisions --cluster C      the cluster's recent decisions, newest first
+vmsched ha-check --cluster C       the HA reservation check, now
+vmsched dead-letters list|show|requeue
+                                   refused messages: why, and sending them again
+vmsched clusters list|remove       clusters with state; taking one out
+vmsched hosts remove --cluster C HOST ...
 vmsched db migrate                 create/upgrade the PostgreSQL schema, seed built-in policies
 vmsched contracts [--check]        (re)generate contracts/ from the message models
 vmsched units list                 the policy-unit catalogue
@@ -15,9 +21,14 @@ vmsched bench [--json-out FILE]    decision latency and throughput, with and wit
 vmsched chaos [EXPERIMENT ...] [--long] [--json]
                                    the fault suite against the configured servers
 
-A new command is a `cmd_NAME(args) -> exit code` function here plus its parser in the `_add_*_commands`
-group it belongs to. Each command imports what it runs inside its function: `vmsched --help` and the
-light commands then start in about half the time, without loading the services, NumPy or the drivers.
+A new command is a `cmd_NAME(args) -> exit code` function (here, or in a module of its own such as
+tools/ops.py) plus its parser, made with clikit.command, in the `_add_*_commands` group it belongs
+to. Each command imports what it runs inside its function: `vmsched --help` and the light commands
+then start in about half the time, without loading the services, NumPy or the drivers.
+
+Errors: a command raises (clikit.CliError for what it finds wrong, or the library's own errors) and
+`main` is the one place that turns any failure into a sentence, a hint and an exit code
+(tools/failures.py); only an unexpected error shows a traceback, and only with --debug.
 """
 
 from __future__ import annotations
@@ -26,69 +37,139 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
+import tempfile
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from vmsched.settings import Settings
+from vmsched_services.tools import ops
+from vmsched_services.tools.clikit import (
+    DEBUG_ENV,
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNPLACEABLE,
+    EXIT_USAGE,
+    CliError,
+    HelpFormatter,
+    NotFound,
+    SubParsers,
+    UsageError,
+    add_cluster,
+    add_json,
+    add_timeout,
+    command,
+    debug_requested,
+    env_help,
+    group,
+    positive_int,
+    request_id,
+    seconds,
+    settings,
+    vmsched_id,
+)
+from vmsched_services.tools.failures import (
+    explain_failure,
+    remote_failure,
+    report_unexpected,
+    stdout_gone,
+    validation_problems,
+)
+
+if TYPE_CHECKING:
+    from vmsched.contracts import ScheduleDecision, VmSpec
+
+__all__ = [
+    "EXIT_BROKEN_PIPE",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_UNPLACEABLE",
+    "EXIT_USAGE",
+    "build_parser",
+    "explain_failure",
+    "main",
+]
 
 
-def _settings() -> Settings:
-    return Settings()
-
-
+# ---------------------------------------------------------------- services
 def cmd_run(args: argparse.Namespace) -> int:
     from vmsched_services.runner import run
 
-    asyncio.run(run([args.service], _settings()))
-    return 0
+    asyncio.run(run([args.service], settings()))
+    return EXIT_OK
 
 
 def cmd_up(args: argparse.Namespace) -> int:
     from vmsched_services import SERVICES
     from vmsched_services.runner import run
 
-    asyncio.run(run(list(SERVICES), _settings()))
-    return 0
+    asyncio.run(run(list(SERVICES), settings()))
+    return EXIT_OK
+
+
+# ---------------------------------------------------------------- engine commands
+def read_vm(source: str) -> VmSpec:
+    """The VM of `vmsched schedule --vm`: a file, or - for stdin. Each way it can be wrong is a
+    UsageError naming the file and, for a VM that does not validate, the fields."""
+    from pydantic import ValidationError
+
+    from vmsched.contracts import VmSpec
+
+    name = "stdin" if source == "-" else source
+    raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()  # OSError: the boundary's
+    try:
+        json.loads(raw)
+    except UnicodeDecodeError:
+        raise UsageError(f"{name}: not UTF-8 text") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    try:
+        return VmSpec.model_validate_json(raw)
+    except ValidationError as exc:
+        raise UsageError(
+            f"{name}: not a valid VM: {validation_problems(exc)}",
+            hint="the VM's fields are described in contracts/schemas/VmSpec.json",
+        ) from None
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from vmsched.client import SchedulerClient
-    from vmsched.contracts import VmSpec
-    from vmsched.errors import VmschedError
+    from vmsched.contracts import DecisionStatus
+    from vmsched.explain import render_decision
 
-    text = sys.stdin.read() if args.vm == "-" else Path(args.vm).read_text()
-    try:
-        vm = VmSpec.model_validate_json(text)
-    except ValueError as exc:
-        print(f"vmsched: {args.vm}: {exc}", file=sys.stderr)
-        return 2
+    vm = read_vm(args.vm)
 
-    async def go() -> int:
-        async with SchedulerClient(_settings()) as client:
-            try:
-                decision = await client.schedule(
-                    args.cluster,
-                    vm,
-                    blacklist=args.exclude or (),
-                    max_alternates=args.alternates,
-                    explain_scores=args.scores,
-                    explain_hosts=args.hosts,
-                    timeout=args.timeout,
-                )
-            except VmschedError as exc:
-                print(f"vmsched: {exc.code}: {exc}", file=sys.stderr)
-                return 1
-        if args.json:
-            print(decision.model_dump_json(indent=2))
-        else:
-            from vmsched.explain import render_decision
+    async def go() -> ScheduleDecision:
+        async with SchedulerClient(settings()) as client:
+            return await client.schedule(
+                args.cluster,
+                vm,
+                blacklist=args.exclude or (),
+                max_alternates=args.alternates,
+                explain_scores=args.scores,
+                explain_hosts=args.hosts,
+                timeout=args.timeout,
+            )
 
-            print(render_decision(decision))
-        return 0 if decision.status.value == "placed" else 3
-
-    return asyncio.run(go())
+    decision = asyncio.run(go())
+    if args.json:
+        print(decision.model_dump_json(indent=2))
+    if decision.status is DecisionStatus.ERROR and decision.error is not None:
+        message, hint = remote_failure(decision.error.code, decision.error.message, args.cluster)
+        raise CliError(message, hint=hint)
+    if not args.json:
+        print(render_decision(decision))
+    if decision.status is DecisionStatus.PLACED:
+        return EXIT_OK
+    if decision.status is DecisionStatus.UNPLACEABLE:
+        return EXIT_UNPLACEABLE
+    return EXIT_ERROR  # expired: the deadline passed first
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -96,24 +177,24 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from vmsched.store import DecisionStore
     from vmsched.store.redis import connect
 
-    async def go() -> int:
-        settings = _settings()
-        redis = connect(settings)
+    cfg = settings()
+
+    async def go() -> ScheduleDecision | None:
+        redis = connect(cfg)
         try:
-            decision = await DecisionStore(redis, settings).get(args.request_id)
+            return await DecisionStore(redis, cfg).get(args.request_id)
         finally:
             await redis.aclose()
-        if decision is None:
-            print(
-                f"vmsched: no decision stored for request {args.request_id} "
-                "(decisions are kept for VMSCHED_DECISION_TTL_S; errors are not stored)",
-                file=sys.stderr,
-            )
-            return 1
-        print(decision.model_dump_json(indent=2) if args.json else render_table(decision, max_hosts=args.hosts))
-        return 0
 
-    return asyncio.run(go())
+    decision = asyncio.run(go())
+    if decision is None:
+        raise NotFound(
+            f"no decision stored for request {args.request_id}",
+            hint="decisions are kept for $VMSCHED_DECISION_TTL_S; errors and expired requests are not stored; "
+            "`vmsched decisions --cluster C` lists a cluster's recent ones",
+        )
+    print(decision.model_dump_json(indent=2) if args.json else render_table(decision, max_hosts=args.hosts))
+    return EXIT_OK
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
@@ -121,11 +202,11 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from vmsched.explain import render_event
 
     async def go() -> int:
-        async with SchedulerClient(_settings()) as client:
+        async with SchedulerClient(settings()) as client:
             print(f"watching {args.cluster} (Ctrl-C to stop)", file=sys.stderr)
             async for event in client.events(args.cluster):
                 print(event.model_dump_json() if args.json else render_event(event), flush=True)
-        return 0
+        return EXIT_OK
 
     return asyncio.run(go())
 
@@ -134,11 +215,11 @@ def cmd_state(args: argparse.Namespace) -> int:
     from vmsched.client import SchedulerClient
 
     async def go() -> int:
-        async with SchedulerClient(_settings()) as client:
-            state = await client.state(args.cluster)
+        async with SchedulerClient(settings()) as client:
+            state = await client.state(args.cluster, timeout=args.timeout)
         if args.json:
             print(state.model_dump_json(indent=2))
-            return 0
+            return EXIT_OK
         print(f"cluster {state.cluster_id} at version {state.version}: {len(state.hosts)} hosts, {len(state.vms)} VMs")
         for h in state.hosts:
             r = h.report
@@ -147,37 +228,69 @@ def cmd_state(args: argparse.Namespace) -> int:
                 f"mem free {r.mem_free_mb:>8} / {r.physical_mem_mb:>8} MB  committed {h.mem_committed_mb:>8} MB  "
                 f"vms {h.vm_count}"
             )
-        return 0
+        return EXIT_OK
 
     return asyncio.run(go())
 
 
+# ---------------------------------------------------------------- administration
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     from vmsched.db import migrate
 
-    applied = asyncio.run(migrate(args.dsn or _settings().postgres_url))
+    applied = asyncio.run(migrate(args.dsn or settings().postgres_url))
     print(f"applied {len(applied)} migration(s){': ' + ', '.join(applied) if applied else ''}; schema up to date")
-    return 0
+    return EXIT_OK
+
+
+def checkout_contracts(package_dir: Path) -> Path | None:
+    """contracts/ of the checkout the package was installed from (pip install -e .), if it was:
+    the package then lives at <checkout>/libs/common/vmsched."""
+    common = package_dir.parent
+    if common.name != "common" or common.parent.name != "libs":
+        return None
+    root = common.parent.parent
+    return root / "contracts" if (root / "pyproject.toml").is_file() else None
+
+
+def _contracts_root(out: str | None) -> Path:
+    if out is not None:
+        return Path(out)
+    import vmsched
+
+    package_dir = Path(vmsched.__file__).resolve().parent
+    found = checkout_contracts(package_dir)
+    if found is None:
+        raise CliError(
+            f"no contracts/ directory next to the installed package ({package_dir}): vmsched is not installed "
+            "from a checkout",
+            hint="run it from a checkout (pip install -e .), or name the directory with --out DIR",
+        )
+    return found
 
 
 def cmd_contracts(args: argparse.Namespace) -> int:
     from vmsched.contracts.asyncapi import check, write
 
-    root = Path(args.out)
+    root = _contracts_root(args.out)
     if args.check:
+        if not root.is_dir():
+            raise CliError(
+                f"{root} does not exist: there is nothing to check",
+                hint="name the checkout's contracts/ directory with --out, or generate it with `vmsched contracts`",
+            )
         problems = check(root)
         if problems:
             print(
-                f"contracts/ is out of date with the message models: {', '.join(problems)}\n"
+                f"{root} is out of date with the message models: {', '.join(problems)}\n"
                 "run `vmsched contracts` and commit the result",
                 file=sys.stderr,
             )
-            return 1
-        print("contracts/ matches the message models")
-        return 0
+            return EXIT_NOT_FOUND
+        print(f"{root} matches the message models")
+        return EXIT_OK
     changed = write(root)
     print(f"wrote {len(changed)} file(s) under {root}" + (": " + ", ".join(changed) if changed else ""))
-    return 0
+    return EXIT_OK
 
 
 def cmd_units_list(args: argparse.Namespace) -> int:
@@ -203,50 +316,48 @@ def cmd_units_list(args: argparse.Namespace) -> int:
                 indent=2,
             )
         )
-        return 0
+        return EXIT_OK
     for u in sorted(REGISTRY.values(), key=lambda u: (u.kinds, u.name)):
         props = ", ".join(f"{k}={p.default}" if p.default is not None else k for k, p in u.properties.items())
         print(f"{u.name:<36} {'+'.join(u.kinds):<14} {u.description}")
         if props:
             print(f"{'':<36} {'':<14} properties: {props}")
-    return 0
+    return EXIT_OK
 
 
+# ---------------------------------------------------------------- tools
 def cmd_demo(args: argparse.Namespace) -> int:
     from vmsched_services.tools.demo import main as demo_main
 
-    return demo_main(args, _settings())
+    return demo_main(args, settings())
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from vmsched_services.tools.bench import main as bench_main
 
-    return bench_main(args, _settings())
+    return bench_main(args, settings())
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
-    import tempfile
-
     from vmsched.db import migrate
     from vmsched_services.tools.chaos import EXPERIMENTS
     from vmsched_services.tools.chaos.render import render_table
 
     unknown = [n for n in args.experiments if n not in EXPERIMENTS]
     if unknown:
-        print(f"vmsched: unknown experiment(s) {unknown}; known: {', '.join(EXPERIMENTS)}", file=sys.stderr)
-        return 2
+        raise UsageError(f"unknown experiment(s) {', '.join(unknown)}; known: {', '.join(EXPERIMENTS)}")
     names = args.experiments or list(EXPERIMENTS)
-    settings = _settings()
+    cfg = settings()
     log_root = Path(tempfile.mkdtemp(prefix="vmsched-chaos-"))
 
     async def go() -> list[dict[str, object]]:
-        await migrate(settings.postgres_url)  # the selector reads policies; idempotent
+        await migrate(cfg.postgres_url)  # the selector reads policies; idempotent
         results = []
         for name in names:
             if not args.json:
                 print(f"running {name} ({'long' if args.long else 'short'}) ...", file=sys.stderr, flush=True)
             try:
-                result = await EXPERIMENTS[name].run(settings, log_root / name, long=args.long)
+                result = await EXPERIMENTS[name].run(cfg, log_root / name, long=args.long)
             except Exception as exc:  # an experiment that could not run is a result too, not a crash
                 results.append({"experiment": name, "passed": False, "error": f"{type(exc).__name__}: {exc}"})
                 continue
@@ -261,108 +372,255 @@ def cmd_chaos(args: argparse.Namespace) -> int:
     else:
         print(render_table(results))
         print(f"service logs under {log_root}")
-    return 0 if all(r["passed"] for r in results) else 1
+    return EXIT_OK if all(r["passed"] for r in results) else EXIT_NOT_FOUND
+
+
+# ---------------------------------------------------------------- the parser
+def _epilog() -> str:
+    from vmsched.settings import Settings
+
+    defaults = {name: f.default for name, f in Settings.model_fields.items()}
+    return f"""\
+exit codes:
+  {EXIT_OK:<4} done; `schedule`: the VM was placed
+  {EXIT_UNPLACEABLE:<4} `schedule`: no host can take the VM; other commands: nothing found, or the check failed
+  {EXIT_USAGE:<4} usage mistake: bad options, a missing or invalid input file, a bad id or setting
+  {EXIT_ERROR:<4} error: a server is down, a request was refused, a service did not answer
+  {EXIT_INTERRUPTED:<4} interrupted (Ctrl-C)
+  {EXIT_BROKEN_PIPE:<4} the reader of the output went away (`vmsched watch | head`)
+
+environment (every setting is VMSCHED_<NAME>; see libs/common/vmsched/settings.py):
+  VMSCHED_AMQP_URL      RabbitMQ (default {defaults["amqp_url"]})
+  VMSCHED_REDIS_URL     Redis (default {defaults["redis_url"]})
+  VMSCHED_POSTGRES_URL  PostgreSQL (default {defaults["postgres_url"]})
+  VMSCHED_AMQP_PREFIX   prefix of the exchanges and queues of one deployment (default none)
+  VMSCHED_REDIS_PREFIX  prefix of the Redis keys of one deployment (default {defaults["redis_prefix"]})
+  {DEBUG_ENV}=1       tracebacks of unexpected errors, as --debug
+"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="vmsched", description="VM scheduler services and tools.")
-    p.add_argument("--version", action="version", version=f"vmsched {_version()}")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = argparse.ArgumentParser(
+        prog="vmsched",
+        description="VM scheduler services and tools.",
+        epilog=_epilog(),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"vmsched {_version()}", help="print the version and exit")
+    p.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"print the traceback of an unexpected error (or set ${DEBUG_ENV}=1)",
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_service_commands(sub)
     _add_engine_commands(sub)
+    _add_operator_commands(sub)
     _add_admin_commands(sub)
     _add_tool_commands(sub)
     return p
 
 
-def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    s = sub.add_parser("run", help="run one service")
-    s.add_argument("service", help="state-tracker | filter-worker | weigher | selector | balancer | ha-monitor")
-    s.set_defaults(fn=cmd_run)
+def _add_service_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    s = command(sub, "run", "run one service", cmd_run)
+    s.add_argument(
+        "service",
+        choices=["state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor"],
+        help="the service to run",
+    )
+    command(sub, "up", "run every service in this process (development)", cmd_up)
 
-    s = sub.add_parser("up", help="run every service in this process (development)")
-    s.set_defaults(fn=cmd_up)
 
-
-def _add_engine_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_engine_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     """What an engine does over the bus, from a shell."""
-    s = sub.add_parser("schedule", help="send one schedule request and print the decision")
-    s.add_argument("--cluster", required=True)
-    s.add_argument("--vm", required=True, help="a JSON file with the VM (VmSpec), or - for stdin")
-    s.add_argument("--exclude", action="append", help="a host not to use (repeatable)")
-    s.add_argument("--alternates", type=int, default=3)
+    s = command(sub, "schedule", "send one schedule request and print the decision", cmd_schedule, needs="selector")
+    add_cluster(s)
+    s.add_argument("--vm", required=True, metavar="FILE", help="a JSON file with the VM (a VmSpec), or - for stdin")
+    s.add_argument("--exclude", action="append", type=vmsched_id, metavar="HOST", help="a host not to use (repeatable)")
+    s.add_argument("--alternates", type=int, default=3, metavar="N", help="next-best hosts to return (default: 3)")
     s.add_argument("--scores", action="store_true", help="include the score table (vmsched explain shows it)")
     s.add_argument(
         "--hosts", action="store_true", help="list every removed host with its reason, even when the VM is placed"
     )
-    s.add_argument("--timeout", type=float, default=None)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_schedule)
+    add_timeout(s)
+    add_json(s, "the decision")
 
-    s = sub.add_parser("explain", help="print a decision's full table: filters and weights per host")
-    s.add_argument("request_id")
-    s.add_argument("--hosts", type=int, default=8, help="host columns to show (0: all)")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_explain)
+    s = command(sub, "explain", "print a decision's full table: filters and weights per host", cmd_explain)
+    s.add_argument("request_id", type=request_id, help="the request's id (a UUID)")
+    s.add_argument("--hosts", type=int, default=8, metavar="N", help="host columns to show (0: all; default: 8)")
+    add_json(s, "the stored decision")
 
-    s = sub.add_parser("watch", help="print decisions, migrations, power advice and HA alerts as they happen")
-    s.add_argument("--cluster", default="*", help="one cluster, or * for all")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_watch)
+    s = command(sub, "watch", "print decisions, migrations, power advice and HA alerts as they happen", cmd_watch)
+    s.add_argument("--cluster", default="*", metavar="C", help="one cluster, or * for all (default)")
+    add_json(s, "each event")
 
-    s = sub.add_parser("state", help="print a cluster's state as the state tracker has it")
-    s.add_argument("--cluster", required=True)
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_state)
+    s = command(sub, "state", "print a cluster's state as the state tracker has it", cmd_state, needs="state-tracker")
+    add_cluster(s)
+    add_timeout(s)
+    add_json(s, "the state")
 
 
-def _add_admin_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    db = sub.add_parser("db", help="database commands").add_subparsers(dest="db_command", required=True)
-    s = db.add_parser("migrate", help="create the database if missing and apply migrations")
-    s.add_argument("--dsn", default=None)
-    s.set_defaults(fn=cmd_db_migrate)
+def _add_operator_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    """What an operator looks at and repairs: decisions, HA, dead letters, clusters and hosts."""
+    s = command(
+        sub,
+        "decisions",
+        "a cluster's recent decisions, newest first (errors and expired requests are not stored)",
+        ops.cmd_decisions,
+    )
+    add_cluster(s)
+    s.add_argument(
+        "--limit",
+        type=positive_int,
+        default=20,
+        metavar="N",
+        help="how many (default: 20; at most $VMSCHED_DECISION_HISTORY_MAX are kept per cluster)",
+    )
+    add_json(s, "the decisions")
 
-    s = sub.add_parser("contracts", help="generate contracts/ from the message models")
-    s.add_argument("--out", default="contracts")
-    s.add_argument("--check", action="store_true", help="fail if contracts/ differs from the models")
-    s.set_defaults(fn=cmd_contracts)
+    s = command(
+        sub, "ha-check", "run the HA reservation check now; exit 1 if it fails", ops.cmd_ha_check, needs="ha-monitor"
+    )
+    add_cluster(s)
+    add_timeout(s)
+    add_json(s, "the report")
 
-    units = sub.add_parser("units", help="policy units").add_subparsers(dest="units_command", required=True)
-    s = units.add_parser("list", help="the unit catalogue")
-    s.add_argument("--json", action="store_true")
-    s.set_defaults(fn=cmd_units_list)
+    _add_dead_letter_commands(sub)
+    _add_cluster_commands(sub)
 
 
-def _add_tool_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_dead_letter_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    dl = group(sub, "dead-letters", "messages the services refused: list, show, send them again")
+    s = command(dl, "list", "the dead letters, oldest first", ops.cmd_dead_letters_list)
+    s.add_argument("--limit", type=positive_int, default=20, metavar="N", help="how many (default: 20)")
+    add_json(s, "them")
+
+    s = command(dl, "show", "one dead letter: why, where it was going, its body", ops.cmd_dead_letters_show)
+    s.add_argument("target", metavar="N|ID", help="its number in `list` (1 is the oldest) or its id")
+    add_json(s, "it")
+
+    s = command(
+        dl,
+        "requeue",
+        "publish dead letters again to where they were first published, and remove them from the queue",
+        ops.cmd_dead_letters_requeue,
+        description="Publish dead letters again to the exchange and routing key they were first published to, "
+        "and remove them from the dead-letter queue. Only messages whose destination is known and whose body "
+        "is whole are sent; the others stay, and the command says why.",
+    )
+    s.add_argument("targets", nargs="*", metavar="N|ID", help="numbers in `list` or ids")
+    s.add_argument("--all", action="store_true", help="every dead letter that can be sent again")
+    s.add_argument("--yes", action="store_true", help="do not ask before --all")
+
+
+def _add_cluster_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    clusters = group(sub, "clusters", "the clusters vmsched holds state for")
+    s = command(clusters, "list", "the clusters with state, one per line", ops.cmd_clusters_list)
+    add_json(s, "the list")
+
+    s = command(
+        clusters,
+        "remove",
+        "take a cluster out: delete its state and pending resources (its policy link in PostgreSQL stays)",
+        ops.cmd_clusters_remove,
+        needs="state-tracker",
+        description="Take a cluster out of vmsched: the state tracker deletes its state (hosts, VMs, settings) "
+        "and pending resources, and the cluster is unknown until it reports again. Its policy link in "
+        "PostgreSQL and its stored decisions (until they expire) are kept.",
+    )
+    s.add_argument("cluster", type=vmsched_id, help="the cluster's id")
+    s.add_argument("--reason", default="", help="why, kept with the removal event")
+    s.add_argument("--yes", action="store_true", help="do not ask first")
+    _add_wait(s)
+    add_timeout(s)
+
+    hosts = group(sub, "hosts", "hosts of a cluster")
+    s = command(
+        hosts,
+        "remove",
+        "take hosts out of a cluster: drop them and the VMs counted on them (a host that reports again is back)",
+        ops.cmd_hosts_remove,
+        needs="state-tracker",
+    )
+    add_cluster(s)
+    s.add_argument("hosts", nargs="+", type=vmsched_id, metavar="HOST", help="the hosts' ids")
+    s.add_argument("--reason", default="", help="why, kept with the removal event")
+    _add_wait(s)
+    add_timeout(s)
+
+
+def _add_wait(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--wait",
+        type=seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long to wait for the state tracker to apply the removal (default: 10)",
+    )
+
+
+def _add_admin_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    db = group(sub, "db", "database commands")
+    s = command(db, "migrate", "create the database if missing and apply migrations", cmd_db_migrate)
+    s.add_argument("--dsn", default=None, metavar="URL", help=env_help("postgres_url", "the database"))
+
+    s = command(sub, "contracts", "generate contracts/ from the message models", cmd_contracts)
+    s.add_argument(
+        "--out",
+        default=None,
+        metavar="DIR",
+        help="the contracts directory (default: contracts/ of the checkout vmsched is installed from)",
+    )
+    s.add_argument("--check", action="store_true", help="fail if the directory differs from the models")
+
+    units = group(sub, "units", "policy units")
+    s = command(units, "list", "the unit catalogue", cmd_units_list)
+    add_json(s, "the catalogue")
+
+
+def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     """The demo, the bench and the fault suite."""
-    s = sub.add_parser("demo", help="simulate a datacenter end to end over the bus")
-    s.add_argument("--json", action="store_true", help="print the summary as one JSON object")
-    s.add_argument("--clusters", type=int, default=3)
-    s.add_argument("--hosts", type=int, default=20, help="hosts per cluster")
-    s.add_argument("--requests", type=int, default=300)
-    s.add_argument("--concurrency", type=int, default=16)
-    s.add_argument("--seed", type=int, default=7)
+    s = command(sub, "demo", "simulate a datacenter end to end over the bus", cmd_demo)
+    add_json(s, "the summary")
+    s.add_argument("--clusters", type=positive_int, default=3, metavar="N", help="clusters (default: 3)")
+    s.add_argument("--hosts", type=positive_int, default=20, metavar="N", help="hosts per cluster (default: 20)")
+    s.add_argument("--requests", type=positive_int, default=300, metavar="N", help="schedule requests (default: 300)")
+    s.add_argument("--concurrency", type=positive_int, default=16, metavar="N", help="in flight at once (default: 16)")
+    s.add_argument("--seed", type=int, default=7, help="random seed (default: 7)")
     s.add_argument("--external", action="store_true", help="use services already running (vmsched up)")
     s.add_argument("--keep", action="store_true", help="keep the demo's clusters in Redis afterwards")
-    s.set_defaults(fn=cmd_demo)
 
-    s = sub.add_parser("bench", help="measure decision latency and throughput")
+    s = command(sub, "bench", "measure decision latency and throughput", cmd_bench)
     s.add_argument(
         "--hosts",
         default="100,1000",
-        help="hosts per cluster, comma-separated (10000 works; reporting it takes a while)",
+        help="hosts per cluster, comma-separated (default: 100,1000; 10000 works, reporting it takes a while)",
     )
-    s.add_argument("--requests", type=int, default=200, help="decisions per size over the bus")
-    s.add_argument("--concurrency", type=int, default=32, help="requests in flight at once, one cluster")
-    s.add_argument("--clusters", type=int, default=10, help="also spread requests over N clusters (1: do not)")
+    s.add_argument("--requests", type=positive_int, default=200, help="decisions per size over the bus (default: 200)")
     s.add_argument(
-        "--spread-concurrency", type=int, default=64, help="requests in flight at once over the --clusters clusters"
+        "--concurrency", type=positive_int, default=32, help="requests in flight at once, one cluster (default: 32)"
     )
-    s.add_argument("--json-out", default="bench-results/bench.json")
-    s.add_argument("--seed", type=int, default=11)
-    s.set_defaults(fn=cmd_bench)
+    s.add_argument(
+        "--clusters",
+        type=positive_int,
+        default=10,
+        help="also spread requests over N clusters (1: do not; default: 10)",
+    )
+    s.add_argument(
+        "--spread-concurrency",
+        type=positive_int,
+        default=64,
+        help="requests in flight at once over the --clusters clusters (default: 64)",
+    )
+    s.add_argument(
+        "--json-out",
+        default="bench-results/bench.json",
+        metavar="FILE",
+        help="where the results go (default: %(default)s)",
+    )
+    s.add_argument("--seed", type=int, default=11, help="random seed (default: 11)")
 
-    s = sub.add_parser("chaos", help="run the fault suite against the configured servers (own prefixes)")
+    s = command(sub, "chaos", "run the fault suite against the configured servers (own prefixes)", cmd_chaos)
     s.add_argument(
         "experiments", nargs="*", help="worker_kill | selector_kill | stale_holder | broker_drop | hostile_input"
     )
@@ -371,13 +629,7 @@ def _add_tool_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         action="store_true",
         help="the full sizes (minutes); broker_drop then also restarts the broker app, which every client notices",
     )
-    s.add_argument("--json", action="store_true", help="print the results as one JSON object")
-    s.set_defaults(fn=cmd_chaos)
-
-
-#: Exit codes: 0 done, 1 the command failed (a server down, an error answered), 2 a usage mistake
-#: (argparse's own code too: bad options, a missing or unreadable input file), 130 interrupted.
-EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+    add_json(s, "the results")
 
 
 def _version() -> str:
@@ -386,33 +638,13 @@ def _version() -> str:
     try:
         return version("vmsched")
     except PackageNotFoundError:  # running from a checkout that was never installed
-        return "unknown"
+        return "unknown (not installed)"
 
 
-def _explain_failure(exc: BaseException) -> tuple[str, int] | None:
-    """What to tell a user instead of a traceback, and the exit code; None for a real bug."""
-    from vmsched.errors import BusUnavailable, NoConsumer, VmschedError
-
-    if isinstance(exc, NoConsumer):
-        return f"{exc}\n  start the services (`vmsched up`, or `vmsched run SERVICE` for each)", EXIT_ERROR
-    if isinstance(exc, BusUnavailable):
-        return str(exc), EXIT_ERROR
-    if isinstance(exc, VmschedError):
-        return str(exc), EXIT_ERROR
-    if isinstance(exc, FileNotFoundError | IsADirectoryError | PermissionError):
-        return f"{exc.filename}: {exc.strerror}", EXIT_USAGE
-    # Imported here: the CLI must start without a server library being loadable for --help.
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    if isinstance(exc, RedisConnectionError | RedisTimeoutError):
-        url = _settings().redis_url
-        return f"Redis ({url}) is unreachable: {exc} Start it, or point VMSCHED_REDIS_URL at a running one.", EXIT_ERROR
-    return None
-
-
+# ---------------------------------------------------------------- the error boundary
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    debug = bool(getattr(args, "debug", False)) or debug_requested()
     if args.command not in ("run", "up"):  # services configure their own logs (level, format)
         from vmsched.logging import configure
 
@@ -426,16 +658,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
-        # `vmsched watch | head`: the reader left; say nothing more (stdout is gone anyway).
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - replaces the closed stream until exit
-        return EXIT_ERROR
+        stdout_gone()
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
-        told = _explain_failure(exc)
-        if told is None:
-            raise
-        message, code = told
-        print(f"vmsched: {message}", file=sys.stderr)
-        return code
+        cluster = getattr(args, "cluster", None)
+        failure = explain_failure(exc, getattr(args, "needs", None), cluster if cluster != "*" else None)
+        if failure is None:
+            report_unexpected(exc, debug)
+            return EXIT_ERROR
+        print(f"vmsched: {failure.message}", file=sys.stderr)
+        if failure.hint:
+            print(f"  {failure.hint}", file=sys.stderr)
+        if debug:
+            traceback.print_exception(exc, file=sys.stderr)
+        return failure.code
 
 
 if __name__ == "__main__":

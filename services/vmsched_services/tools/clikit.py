@@ -1,0 +1,268 @@
+"""What every `vmsched` command shares: exit codes, the errors a command raises for its user, the
+settings, argument types for ids, help text naming environment variables, and confirmation.
+
+Only the standard library is imported at module level: `vmsched --help` builds every parser and
+must not load pydantic, the drivers or the services.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from vmsched.settings import Settings
+
+#: Exit codes, the same for every command (`vmsched --help` and the README list them).
+EXIT_OK = 0
+#: `schedule`: no host can take the VM; other commands: nothing found, or a check that fails.
+EXIT_UNPLACEABLE = EXIT_NOT_FOUND = EXIT_CHECK_FAILED = 1
+#: A usage mistake: bad options (argparse's own code), a missing or invalid input file, a bad id.
+EXIT_USAGE = 2
+#: The command could not be carried out: a server down, a request refused, a service not answering.
+EXIT_ERROR = 3
+#: Ctrl-C.
+EXIT_INTERRUPTED = 130
+#: The reader of the output went away (`vmsched watch | head`): 128 + SIGPIPE, as Unix tools end.
+EXIT_BROKEN_PIPE = 141
+
+#: Set (to anything but 0/false/no) to print tracebacks of unexpected errors, as --debug does.
+DEBUG_ENV = "VMSCHED_DEBUG"
+
+
+class CliError(Exception):
+    """A failure a command explains to its user: a message, what to do about it, and the exit code."""
+
+    def __init__(self, message: str, *, hint: str | None = None, code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+class NotFound(CliError):
+    """What the user named does not exist (exit 1)."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint, code=EXIT_NOT_FOUND)
+
+
+class UsageError(CliError):
+    """The user's input is wrong (exit 2)."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint, code=EXIT_USAGE)
+
+
+def settings() -> Settings:
+    """The settings from the environment; a value that does not validate is a usage error naming its variable."""
+    from pydantic import ValidationError
+
+    from vmsched.settings import Settings
+
+    try:
+        return Settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{env_name(str(e['loc'][0])) if e['loc'] else 'VMSCHED_*'}: {e['msg']}" for e in exc.errors()
+        )
+        raise UsageError(f"invalid setting: {problems}", hint="fix or unset the variable") from None
+
+
+def env_name(field: str) -> str:
+    return f"VMSCHED_{field.upper()}"
+
+
+def env_help(field: str, text: str) -> str:
+    """Help text for an option a setting backs: what it does, its variable, and the built-in default."""
+    from vmsched.settings import Settings
+
+    default = Settings.model_fields[field].default
+    return f"{text} (default: ${env_name(field)}, else {default})"
+
+
+def debug_requested() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
+def redacted(url: str) -> str:
+    """A server URL without its password, for messages."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+# ---------------------------------------------------------------- argument types
+def _id_rules() -> tuple[Any, int, int]:
+    """The contracts' Id constraints (pattern, lengths), read from the type itself so they cannot drift."""
+    import re
+
+    from pydantic import StringConstraints
+
+    from vmsched.contracts.base import Id
+
+    for meta in getattr(Id, "__metadata__", ()):
+        if isinstance(meta, StringConstraints):
+            return re.compile(str(meta.pattern)), int(meta.min_length or 1), int(meta.max_length or 64)
+    raise AssertionError("contracts.base.Id has no StringConstraints")
+
+
+def vmsched_id(value: str) -> str:
+    """argparse type for cluster, host and VM ids: what the contracts accept, said plainly."""
+    pattern, low, high = _id_rules()
+    if not (low <= len(value) <= high) or not pattern.match(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a valid id: {low} to {high} letters, digits and . _ : @ -, "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def request_id(value: str) -> uuid.UUID:
+    """argparse type for request ids (UUIDs)."""
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a request id: a UUID such as 123e4567-e89b-12d3-a456-426614174000"
+        ) from None
+
+
+def positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not 1 or more")
+    return n
+
+
+def seconds(value: str) -> float:
+    try:
+        s = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not s > 0:
+        raise argparse.ArgumentTypeError(f"{value} is not more than 0 seconds")
+    return s
+
+
+# ---------------------------------------------------------------- parsers
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written (they hold tables); options wrapped as usual."""
+
+
+def _common_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    # SUPPRESS: a subcommand's own default must not overwrite `vmsched --debug CMD`.
+    common.add_argument(
+        "--debug",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help=f"print the traceback of an unexpected error (or set ${DEBUG_ENV}=1)",
+    )
+    return common
+
+
+_COMMON = _common_options()
+
+SubParsers = argparse._SubParsersAction  # the type add_subparsers returns (argparse names it privately)
+
+
+def command(
+    sub: SubParsers[argparse.ArgumentParser],
+    name: str,
+    help: str,
+    fn: Callable[[argparse.Namespace], int],
+    *,
+    needs: str | None = None,
+    description: str | None = None,
+) -> argparse.ArgumentParser:
+    """A subcommand running `fn(args) -> exit code`; `needs` names the service it talks to, for the
+    hint when nobody answers."""
+    p = sub.add_parser(
+        name, help=help, description=description or help, parents=[_COMMON], formatter_class=HelpFormatter
+    )
+    p.set_defaults(fn=fn, needs=needs)
+    return p
+
+
+def group(sub: SubParsers[argparse.ArgumentParser], name: str, help: str) -> SubParsers[argparse.ArgumentParser]:
+    """A subcommand with subcommands of its own (`vmsched dead-letters list`)."""
+    p = sub.add_parser(name, help=help, description=help, parents=[_COMMON], formatter_class=HelpFormatter)
+    return p.add_subparsers(dest=f"{name}_command", required=True, metavar="COMMAND")
+
+
+def add_json(p: argparse.ArgumentParser, what: str = "the result") -> None:
+    p.add_argument("--json", action="store_true", help=f"print {what} as JSON")
+
+
+def add_cluster(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+    p.add_argument("--cluster", required=required, type=vmsched_id, metavar="C", help="the cluster's id")
+
+
+def add_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=None,
+        metavar="SECONDS",
+        help=env_help("rpc_timeout_s", "how long to wait for the service's answer"),
+    )
+
+
+# ---------------------------------------------------------------- confirmation
+def confirm(question: str, *, yes: bool) -> None:
+    """Go on only if `yes` was given or the user says so at a terminal; UsageError otherwise."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"{question} needs confirmation", hint="pass --yes (no terminal to ask at)")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    if answer not in ("y", "yes"):
+        raise CliError("not confirmed; nothing done", code=EXIT_NOT_FOUND)
+
+
+__all__ = [
+    "DEBUG_ENV",
+    "EXIT_BROKEN_PIPE",
+    "EXIT_CHECK_FAILED",
+    "EXIT_ERROR",
+    "EXIT_INTERRUPTED",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_UNPLACEABLE",
+    "EXIT_USAGE",
+    "CliError",
+    "HelpFormatter",
+    "NotFound",
+    "SubParsers",
+    "UsageError",
+    "add_cluster",
+    "add_json",
+    "add_timeout",
+    "command",
+    "confirm",
+    "debug_requested",
+    "env_help",
+    "env_name",
+    "group",
+    "positive_int",
+    "redacted",
+    "request_id",
+    "seconds",
+    "settings",
+    "vmsched_id",
+]
