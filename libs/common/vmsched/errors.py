@@ -28,9 +28,12 @@
     │   ├── NoConsumer            the request was returned unroutable, or no service consumes its queue
     │   ├── BusUnavailable        RabbitMQ cannot be reached right now (the bus reconnects by itself)
     │   └── RemoteError           the service answered with an ErrorReply (`code`, `message`, `location`)
-    └── LockError                 the per-cluster lock
-        ├── LockTimeout           not acquired within the acquire timeout
-        └── FencedOut             a write carried a fencing token older than the lock's latest
+    ├── LockError                 the per-cluster lock
+    │   ├── LockTimeout           not acquired within the acquire timeout
+    │   └── FencedOut             a write carried a fencing token older than the lock's latest
+    └── CommandError              a `vmsched` command cannot do what it was asked (`hint`: what to do)
+        ├── NotFound              what it was told to act on does not exist, or it was told not to
+        └── UsageError            its input is wrong (an option, a file, a setting)
 
 Each carries a stable `code` (the `code` of the ErrorReply / ErrorInfo it becomes on the wire).
 """
@@ -203,9 +206,28 @@ class FencedOut(LockError):
     code = "fenced_out"
 
 
+class CommandError(VmschedError):
+    """A `vmsched` command's own refusal: said to its user as it is, with what to do in `hint`."""
+
+    code = "command_error"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
+class NotFound(CommandError):
+    code = "not_found"
+
+
+class UsageError(CommandError):
+    code = "usage_error"
+
+
 __all__ = [
     "BusError",
     "BusUnavailable",
+    "CommandError",
     "DatabaseMissing",
     "DatabaseUnavailable",
     "FencedOut",
@@ -217,6 +239,7 @@ __all__ = [
     "LockTimeout",
     "MigrationError",
     "NoConsumer",
+    "NotFound",
     "PolicyError",
     "PolicyExists",
     "PolicyInUse",
@@ -231,5 +254,6 @@ __all__ = [
     "UnknownCluster",
     "UnknownPolicyUnit",
     "UnsupportedRegex",
+    "UsageError",
     "VmschedError",
 ]

@@ -26,7 +26,7 @@ tools/ops.py) plus its parser, made with clikit.command, in the `_add_*_commands
 to. Each command imports what it runs inside its function: `vmsched --help` and the light commands
 then start in about half the time, without loading the services, NumPy or the drivers.
 
-Errors: a command raises (clikit.CliError for what it finds wrong, or the library's own errors) and
+Errors: a command raises (vmsched.errors.CommandError for what it finds wrong, or the library's own errors) and
 `main` is the one place that turns any failure into a sentence, a hint and an exit code
 (tools/failures.py); only an unexpected error shows a traceback, and only with --debug.
 """
@@ -54,7 +54,7 @@ from vmsched_services.tools.clikit import (
     EXIT_OK,
     EXIT_UNPLACEABLE,
     EXIT_USAGE,
-    CliError,
+    CommandError,
     HelpFormatter,
     NotFound,
     SubParsers,
@@ -62,6 +62,7 @@ from vmsched_services.tools.clikit import (
     add_cluster,
     add_json,
     add_timeout,
+    cluster_or_all,
     command,
     debug_requested,
     env_help,
@@ -162,7 +163,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         print(decision.model_dump_json(indent=2))
     if decision.status is DecisionStatus.ERROR and decision.error is not None:
         message, hint = remote_failure(decision.error.code, decision.error.message, args.cluster)
-        raise CliError(message, hint=hint)
+        raise CommandError(message, hint=hint)
     if not args.json:
         print(render_decision(decision))
     if decision.status is DecisionStatus.PLACED:
@@ -260,7 +261,7 @@ def _contracts_root(out: str | None) -> Path:
     package_dir = Path(vmsched.__file__).resolve().parent
     found = checkout_contracts(package_dir)
     if found is None:
-        raise CliError(
+        raise CommandError(
             f"no contracts/ directory next to the installed package ({package_dir}): vmsched is not installed "
             "from a checkout",
             hint="run it from a checkout (pip install -e .), or name the directory with --out DIR",
@@ -274,7 +275,7 @@ def cmd_contracts(args: argparse.Namespace) -> int:
     root = _contracts_root(args.out)
     if args.check:
         if not root.is_dir():
-            raise CliError(
+            raise CommandError(
                 f"{root} does not exist: there is nothing to check",
                 hint="name the checkout's contracts/ directory with --out, or generate it with `vmsched contracts`",
             )
@@ -423,11 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_service_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     s = command(sub, "run", "run one service", cmd_run)
-    s.add_argument(
-        "service",
-        choices=["state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor"],
-        help="the service to run",
-    )
+    from vmsched_services import SERVICES  # loaded with this package already
+
+    s.add_argument("service", choices=list(SERVICES), help="the service to run")
     command(sub, "up", "run every service in this process (development)", cmd_up)
 
 
@@ -451,7 +450,9 @@ def _add_engine_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     add_json(s, "the stored decision")
 
     s = command(sub, "watch", "print decisions, migrations, power advice and HA alerts as they happen", cmd_watch)
-    s.add_argument("--cluster", default="*", metavar="C", help="one cluster, or * for all (default)")
+    s.add_argument(
+        "--cluster", default="*", type=cluster_or_all, metavar="C", help="one cluster, or * for all (default)"
+    )
     add_json(s, "each event")
 
     s = command(sub, "state", "print a cluster's state as the state tracker has it", cmd_state, needs="state-tracker")

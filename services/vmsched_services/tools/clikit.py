@@ -15,6 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from vmsched.errors import CommandError, NotFound, UsageError
+
 if TYPE_CHECKING:
     from vmsched.settings import Settings
 
@@ -35,28 +37,13 @@ EXIT_BROKEN_PIPE = 141
 DEBUG_ENV = "VMSCHED_DEBUG"
 
 
-class CliError(Exception):
-    """A failure a command explains to its user: a message, what to do about it, and the exit code."""
-
-    def __init__(self, message: str, *, hint: str | None = None, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-        self.code = code
-
-
-class NotFound(CliError):
-    """What the user named does not exist (exit 1)."""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint, code=EXIT_NOT_FOUND)
-
-
-class UsageError(CliError):
-    """The user's input is wrong (exit 2)."""
-
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint, code=EXIT_USAGE)
+def exit_code(exc: CommandError) -> int:
+    """What a command's own error exits with: 2 for a usage mistake, 1 for nothing found, else 3."""
+    if isinstance(exc, UsageError):
+        return EXIT_USAGE
+    if isinstance(exc, NotFound):
+        return EXIT_NOT_FOUND
+    return EXIT_ERROR
 
 
 def settings() -> Settings:
@@ -127,6 +114,11 @@ def vmsched_id(value: str) -> str:
             "starting with a letter or digit"
         )
     return value
+
+
+def cluster_or_all(value: str) -> str:
+    """argparse type for `watch --cluster`: a cluster id, or * for every cluster."""
+    return value if value == "*" else vmsched_id(value)
 
 
 def request_id(value: str) -> uuid.UUID:
@@ -232,7 +224,7 @@ def confirm(question: str, *, yes: bool) -> None:
         raise UsageError(f"{question} needs confirmation", hint="pass --yes (no terminal to ask at)")
     answer = input(f"{question} [y/N] ").strip().lower()
     if answer not in ("y", "yes"):
-        raise CliError("not confirmed; nothing done", code=EXIT_NOT_FOUND)
+        raise NotFound("not confirmed; nothing done")
 
 
 __all__ = [
@@ -245,7 +237,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNPLACEABLE",
     "EXIT_USAGE",
-    "CliError",
+    "CommandError",
     "HelpFormatter",
     "NotFound",
     "SubParsers",
@@ -253,11 +245,13 @@ __all__ = [
     "add_cluster",
     "add_json",
     "add_timeout",
+    "cluster_or_all",
     "command",
     "confirm",
     "debug_requested",
     "env_help",
     "env_name",
+    "exit_code",
     "group",
     "positive_int",
     "redacted",

@@ -1,7 +1,7 @@
 """How `vmsched` tells its user what went wrong: a sentence, a hint of what to do, an exit code.
 
 `explain_failure` maps every failure a command can meet to a `Failure` (cli.main prints it): the
-command's own CliError, the library's VmschedError tree (with the server or service to start), the
+command's own CommandError, the library's VmschedError tree (with the server or service to start), the
 server drivers' exceptions where the library let one through, file and validation errors. What it
 cannot explain is a bug: `report_unexpected` prints one line with a reference and keeps the
 traceback in a file of that name.
@@ -30,7 +30,8 @@ from vmsched_services.tools.clikit import (
     DEBUG_ENV,
     EXIT_ERROR,
     EXIT_USAGE,
-    CliError,
+    CommandError,
+    exit_code,
     redacted,
     settings,
 )
@@ -132,8 +133,8 @@ def explain_failure(exc: BaseException, needs: str | None = None, cluster: str |
     service the command talks to, `cluster` the cluster it named (for the hints)."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return explain_failure(exc.exceptions[0], needs, cluster)
-    if isinstance(exc, CliError):
-        return Failure(exc.message, exc.hint, exc.code)
+    if isinstance(exc, CommandError):
+        return Failure(exc.message, exc.hint, exit_code(exc))
     if not isinstance(exc, Exception):
         return None
     told = _explain_vmsched_error(exc, needs, cluster) or _explain_driver_error(exc)

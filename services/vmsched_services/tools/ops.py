@@ -1,7 +1,7 @@
 """The operators' commands: `ha-check`, `dead-letters`, `decisions`, `clusters`, `hosts remove`.
 
 Each `cmd_*` takes the parsed arguments and returns an exit code (vmsched_services.tools.clikit);
-what it cannot do it raises (CliError, or the library's own errors), and `vmsched`'s error
+what it cannot do it raises (CommandError, or the library's own errors), and `vmsched`'s error
 boundary (cli.main) turns that into a sentence. Like cli.py, each command imports what it runs.
 """
 
@@ -20,7 +20,7 @@ from vmsched_services.tools.clikit import (
     EXIT_CHECK_FAILED,
     EXIT_NOT_FOUND,
     EXIT_OK,
-    CliError,
+    CommandError,
     NotFound,
     UsageError,
     confirm,
@@ -300,12 +300,12 @@ def cmd_clusters_list(args: argparse.Namespace) -> int:
 
 
 async def _wait_until(what: str, done: Callable[[], Awaitable[bool]], timeout: float) -> None:
-    """Poll `done` until it holds; CliError after `timeout` seconds (the tracker applies in order)."""
+    """Poll `done` until it holds; CommandError after `timeout` seconds (the tracker applies in order)."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
     while not await done():
         if loop.time() > end:
-            raise CliError(
+            raise CommandError(
                 f"{what} was published, but the state tracker has not applied it within {timeout:g} s",
                 hint="is the state-tracker running (`vmsched run state-tracker`)? It applies the removal "
                 "in order when it comes back; `vmsched state --cluster C` shows where it stands",

@@ -551,9 +551,9 @@ class AmqpBus(Bus):
 
     # ------------------------------------------------------------------ operations
     async def dead_letters(self, limit: int = 100) -> list[DeadLetter]:
-        await self._declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue
         out: list[DeadLetter] = []
         try:
+            await self._declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue
             async with self.connection.channel(publisher_confirms=False) as ch:
                 q = await ch.declare_queue(self.name(c.DEAD_LETTER_QUEUE), passive=True)
                 taken: list[AbstractIncomingMessage] = []
@@ -571,11 +571,11 @@ class AmqpBus(Bus):
         return out
 
     async def requeue_dead_letters(self, ids: Collection[str] | None = None) -> RequeueResult:
-        await self._declare_dead_letter_queue()
         wanted = None if ids is None else set(ids)
         result = RequeueResult()
         exchanges = {self.name(c.RPC_EXCHANGE), self.name(c.EVENTS_EXCHANGE), ""}
         try:
+            await self._declare_dead_letter_queue()
             async with self.connection.channel(publisher_confirms=True) as ch:
                 q = await ch.declare_queue(self.name(c.DEAD_LETTER_QUEUE), passive=True)
                 # Only what is there now: a requeued message refused again comes back at the tail.

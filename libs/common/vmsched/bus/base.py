@@ -17,6 +17,9 @@ they give the same guarantees to handlers:
 * Every delivered message ends acked or rejected (into the dead-letter exchange), never stuck.
 * While RabbitMQ cannot be reached, `call`, `publish`, `serve` and `subscribe` raise
   BusUnavailable (vmsched.errors) and the bus reconnects by itself.
+* The dead-letter queue can be read (`dead_letters`: why, by whom, where each message was going)
+  and its messages sent again where they were first published (`requeue_dead_letters`), for
+  `vmsched dead-letters`.
 """
 
 from __future__ import annotations
