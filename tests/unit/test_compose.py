@@ -24,7 +24,7 @@ COMPOSE_FILE = ROOT / "deploy" / "compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
-APP_SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor")
+APP_SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor", "policy-admin")
 REPLICATED = ("filter-worker", "weigher")
 INFRA_SERVICES = ("rabbitmq", "redis", "postgres")
 EXPECTED_URLS = {
