@@ -4,6 +4,7 @@ refusal names every problem with what to do."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
@@ -22,6 +23,7 @@ from vmsched.contracts import (
 )
 from vmsched.db import migrate
 from vmsched.errors import RemoteError
+from vmsched.policy_cache import PolicyCache
 from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
 
@@ -158,3 +160,22 @@ async def test_the_unit_catalogue_is_listed(admin: PolicyClient) -> None:
     assert units["Memory"].filter
     assert not units["Memory"].weight
     assert any(p.name == "HighUtilization" for p in units["CPUOverloaded"].properties)
+
+
+async def test_a_cached_policy_is_read_again_after_its_ttl_even_without_an_event(
+    stack: Settings, buses: Buses, admin: PolicyClient, unique: str
+) -> None:
+    name, cluster = f"ttl-{unique}", f"ttl-{unique}"
+    await admin.clone("none", name)
+    await admin.apply(PolicySet(clusters=[ClusterAttachment(cluster_id=cluster, policy=name)]))
+    rt = await buses.runtime(stack.model_copy(update={"policy_cache_ttl_s": 0.3}), f"cache-{unique}")
+    try:
+        cache = PolicyCache(rt)  # not subscribed: it hears no policy.changed event at all
+        assert (await cache.for_cluster(cluster)).version == 1
+        doc = (await admin.read([name])).policies[0].document
+        await admin.apply(PolicySet(policies=[doc.model_copy(update={"description": "v2"})]))
+        assert (await cache.for_cluster(cluster)).version == 1  # within the TTL: the cached copy
+        await asyncio.sleep(0.35)
+        assert (await cache.for_cluster(cluster)).version == 2
+    finally:
+        await rt.close()

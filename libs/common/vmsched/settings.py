@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     group_max: int = Field(32, ge=1, le=1000)
     #: Waiting this long raises a request's priority by one (see ScheduleRequest.priority).
     priority_aging_s: float = Field(1.0, gt=0)
+    #: A cached cluster policy is re-read from PostgreSQL after this long even without a
+    #: policy.changed event (one missed while the bus was down).
+    policy_cache_ttl_s: float = Field(30.0, gt=0)
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Unacknowledged messages one consumer holds at once.
