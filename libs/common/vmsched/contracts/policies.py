@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from vmsched.contracts.base import MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
+from vmsched.contracts.base import MAX_INT, MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
 
 #: A policy's name: what administrators and files refer to it by.
 PolicyName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:@-]*$")]
@@ -77,11 +77,11 @@ class StoredPolicy(Message):
     """A policy as stored: its document and what the store adds."""
 
     document: PolicyDocument
-    id: str = Field(description="The policy's id (a UUID).")
-    version: Int = Field(ge=1, description="Increases by one with every stored change.")
+    id: Id = Field(description="The policy's id (a UUID).")
+    version: Int = Field(ge=1, le=MAX_INT, description="Increases by one with every stored change.")
     locked: Bool = Field(description="A built-in: it cannot be edited or deleted, only cloned.")
     default: Bool = Field(description="The policy clusters without their own choice run.")
-    clusters: list[Id] = Field(default_factory=list, description="Clusters attached to it.")
+    clusters: list[Id] = Field(default_factory=list, max_length=100_000, description="Clusters attached to it.")
 
 
 class ClusterAttachment(Message):
@@ -144,7 +144,7 @@ class Change(Message):
     diff: list[Annotated[str, StringConstraints(max_length=MAX_TEXT)]] = Field(
         default_factory=list, max_length=10_000, description="What changed, one line per difference."
     )
-    version: Int | None = Field(None, description="The policy's version after the change.")
+    version: Int | None = Field(None, ge=1, le=MAX_INT, description="The policy's version after the change.")
 
 
 class ApplyReport(Message):
@@ -176,11 +176,13 @@ class RollbackPolicy(Message):
     """RPC `policy.rollback`: store an earlier version's document again, as a new version."""
 
     name: PolicyName
-    version: Int | None = Field(None, ge=1, description="The version to go back to; None: the one before the current.")
+    version: Int | None = Field(
+        None, ge=1, le=MAX_INT, description="The version to go back to; None: the one before the current."
+    )
 
 
 class PolicyVersion(Message):
-    version: Int = Field(ge=1)
+    version: Int = Field(ge=1, le=MAX_INT)
     stored_at: datetime
     document: PolicyDocument
 
