@@ -23,6 +23,7 @@ class PolicyCache:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        rt.uses_postgres = True
         self._policies: dict[str, Policy] = {}
 
     async def subscribe(self) -> None:
