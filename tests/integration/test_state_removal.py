@@ -12,6 +12,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.factories import host_report, vm_report
+from vmsched.contracts import HostStatus
 from vmsched.errors import UnknownCluster
 from vmsched.settings import Settings
 from vmsched.store import Keys, StateCache, StateWriter
@@ -49,6 +50,9 @@ async def test_removed_hosts_go_in_one_version_and_caches_drop_them_incrementall
     assert (version, table.ids) == (5, ("h1", "h2", "h3"))
 
     assert await writer.remove_hosts(c, ["h2", "not-there"]) == 6
+    counts = writer.host_counts(c)
+    assert counts is not None
+    assert counts[HostStatus.UP] == 2  # the hosts gauge follows
     assert sorted(await redis_client.hkeys(keys.state_hosts(c))) == [b"h1", b"h3"]
     assert await redis_client.hkeys(keys.state_vms(c)) == [b"vm-2"]  # vm-1 was counted on h2
     [(entry_id, fields)] = cast(

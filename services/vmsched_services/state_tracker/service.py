@@ -30,6 +30,7 @@ from vmsched.metrics import STATE_REPORTS
 from vmsched.runtime import Runtime
 from vmsched.store import PendingStore, StateWriter
 from vmsched.store.memories import FailedHosts, HaStatus
+from vmsched_services.state_tracker.gauges import HostGauges, Refresher
 
 log = get_logger("vmsched.state_tracker")
 
@@ -44,12 +45,14 @@ class StateTracker:
         self.pending = PendingStore(rt.redis, rt.settings)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.ha_status = HaStatus(rt.redis, rt.settings)
+        self.host_gauges = HostGauges(self.writer)
         # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
         # reports are applied in the order the engine published them.
         self._order = asyncio.Lock()
 
     async def load(self) -> None:
         await self.writer.load()
+        self.host_gauges.export_all()
 
     async def on_report(self, report: Message) -> None:
         async with self._order:
@@ -59,6 +62,7 @@ class StateTracker:
         if isinstance(report, HostReport):
             await self.writer.apply_host(report)
             STATE_REPORTS.labels("host").inc()
+            self.host_gauges.export(report.cluster_id)
         elif isinstance(report, VmReport):
             await self.writer.apply_vm(report)
             STATE_REPORTS.labels("vm").inc()
@@ -70,6 +74,7 @@ class StateTracker:
         elif isinstance(report, HostRemoved):
             version = await self.writer.remove_hosts(report.cluster_id, report.host_ids)
             STATE_REPORTS.labels("host_removed").inc()
+            self.host_gauges.export(report.cluster_id)
             log.info("hosts removed", cluster=report.cluster_id, hosts=report.host_ids, version=version)
         elif isinstance(report, ClusterRemoved):
             # State first: once it is gone the selector answers unknown_cluster and adds no pending.
@@ -77,6 +82,7 @@ class StateTracker:
             await self.pending.forget(report.cluster_id)
             await self.ha_status.set_failing(report.cluster_id, [])
             STATE_REPORTS.labels("cluster_removed").inc()
+            self.host_gauges.forget(report.cluster_id)
             log.info("cluster removed", cluster=report.cluster_id, version=had)
 
     async def _settle(self, report: VmReport) -> None:
@@ -105,3 +111,5 @@ async def start(rt: Runtime) -> None:
         queue=c.STATE_EVENTS_QUEUE,
     )
     await rt.bus.serve(c.RPC_STATE, StateRequest, tracker.handle_state)
+    if rt.settings.metrics_port:
+        rt.spawn(Refresher(rt, tracker.writer).run(), name="gauges")

@@ -2,7 +2,7 @@
 
 vmsched up                         all services in this process (development)
 vmsched run SERVICE                one service: state-tracker, filter-worker, weigher, selector,
-                                   balancer, ha-monitor
+                                   balancer, ha-monitor, policy-admin
 vmsched schedule --cluster C --vm vm.json
 vmsched explain REQUEST_ID         a decision's full table (filters and weights per host)
 vmsched watch [--cluster C]        decisions, migrations, power advice and HA alerts, live
@@ -16,6 +16,8 @@ vmsched hosts remove --cluster C HOST ...
 vmsched db migrate                 create/upgrade the PostgreSQL schema, seed built-in policies
 vmsched contracts [--check]        (re)generate contracts/ from the message models
 vmsched units list                 the policy-unit catalogue
+vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history|rollback|import-nova
+                                   administer policies (the policy-admin service), from files in git
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
 vmsched chaos [EXPERIMENT ...] [--long] [--json]
@@ -80,6 +82,7 @@ from vmsched_services.tools.failures import (
     stdout_gone,
     validation_problems,
 )
+from vmsched_services.tools.policy_cli import add_commands as add_policy_commands
 
 if TYPE_CHECKING:
     from vmsched.contracts import ScheduleDecision, VmSpec
@@ -418,6 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_engine_commands(sub)
     _add_operator_commands(sub)
     _add_admin_commands(sub)
+    add_policy_commands(sub)
     _add_tool_commands(sub)
     return p
 
