@@ -256,7 +256,7 @@ def test_every_message_names_its_amqp_type_and_traits() -> None:
         assert message["bindings"]["amqp"]["messageType"] == model.__name__
         assert message["traits"], model.__name__
     for name, _, req, rep, _, _ in RPCS:
-        assert doc["operations"][name]["bindings"]["amqp"]["replyTo"] == "amq.rabbitmq.reply-to"
+        assert doc["operations"][name]["x-vmsched-reply-to"] == "amq.rabbitmq.reply-to"
         assert {"$ref": "#/components/messageTraits/rpcRequest"} in doc["components"]["messages"][req.__name__][
             "traits"
         ]

@@ -286,6 +286,14 @@ _TRAITS: dict[str, dict[str, Any]] = {
             "description": "The AMQP correlation_id property: chosen by the caller, unique per call.",
         },
         "bindings": {"amqp": {"bindingVersion": _BINDING}},
+        "x-vmsched-amqp-properties": {
+            "content_type": CONTENT_TYPE,
+            "type": "required: the request's message name (bindings.amqp.messageType)",
+            "reply_to": REPLY_TO,
+            "correlation_id": "required: unique per call, chosen by the caller",
+            "expiration": "optional: the call's timeout, milliseconds",
+            "delivery_mode": 1,
+        },
     },
     "rpcReply": {
         "summary": "An RPC reply.",
@@ -308,6 +316,12 @@ _TRAITS: dict[str, dict[str, Any]] = {
             "description": "The request's correlation_id, copied.",
         },
         "bindings": {"amqp": {"bindingVersion": _BINDING}},
+        "x-vmsched-amqp-properties": {
+            "content_type": CONTENT_TYPE,
+            "type": "the reply's message name: the operation's reply model, or ErrorReply",
+            "correlation_id": "the request's",
+            "delivery_mode": 1,
+        },
     },
     "event": {
         "summary": "An event.",
@@ -322,6 +336,11 @@ _TRAITS: dict[str, dict[str, Any]] = {
             "properties": {HEADER_ATTEMPTS: _ATTEMPTS, c.HEADER_DLX_ROUTING_KEY: _ORIGINAL_KEY},
         },
         "bindings": {"amqp": {"bindingVersion": _BINDING}},
+        "x-vmsched-amqp-properties": {
+            "content_type": CONTENT_TYPE,
+            "type": "required: the message name (bindings.amqp.messageType)",
+            "delivery_mode": 2,
+        },
     },
 }
 
@@ -357,8 +376,8 @@ def _exchanges() -> dict[str, dict[str, Any]]:
             "durable": True,
             "autoDelete": False,
             "vhost": _VHOST,
-            "x-vmsched-declared-by": declared,
-            "x-vmsched-carries": "RPC requests; the routing key is the route (the operation's channel address).",
+            "declaredBy": declared,
+            "carries": "RPC requests; the routing key is the route (the operation's channel address).",
         },
         "events": {
             "name": c.EVENTS_EXCHANGE,
@@ -366,8 +385,8 @@ def _exchanges() -> dict[str, dict[str, Any]]:
             "durable": True,
             "autoDelete": False,
             "vhost": _VHOST,
-            "x-vmsched-declared-by": declared,
-            "x-vmsched-carries": "Events, in and out; routing keys are the event channels' addresses.",
+            "declaredBy": declared,
+            "carries": "Events, in and out; routing keys are the event channels' addresses.",
         },
         "deadLetter": {
             "name": c.DEAD_LETTER_EXCHANGE,
@@ -375,10 +394,15 @@ def _exchanges() -> dict[str, dict[str, Any]]:
             "durable": True,
             "autoDelete": False,
             "vhost": _VHOST,
-            "x-vmsched-declared-by": declared,
-            "x-vmsched-carries": "Every message a vmsched service refused (x-vmsched-dead-letters).",
+            "declaredBy": declared,
+            "carries": "Every message a vmsched service refused (x-vmsched-dead-letters).",
         },
     }
+
+
+def _binding_exchange(exchange: dict[str, Any]) -> dict[str, Any]:
+    """An exchange as the AMQP channel binding describes it (that object takes its own fields only)."""
+    return {k: exchange[k] for k in ("name", "type", "durable", "autoDelete", "vhost")}
 
 
 def _queues() -> list[dict[str, Any]]:
@@ -573,12 +597,15 @@ def _rpc_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
             "channel": {"$ref": f"#/channels/{name}"},
             "summary": description,
             "messages": [{"$ref": f"#/channels/{name}/messages/{req.__name__}"}],
-            "bindings": {
-                "amqp": {"deliveryMode": 1, "mandatory": True, "replyTo": REPLY_TO, "bindingVersion": _BINDING}
-            },
+            "bindings": {"amqp": {"deliveryMode": 1, "mandatory": True, "bindingVersion": _BINDING}},
+            # The AMQP binding has no reply-to field (AsyncAPI 3 moved replies to `reply`): the value is here.
+            "x-vmsched-reply-to": REPLY_TO,
             "reply": {
                 "channel": {"$ref": f"#/channels/{name}Reply"},
-                "address": {"location": "$message.header#/reply_to"},
+                "address": {
+                    "location": "$message.header#/reply_to",
+                    "description": f"The request's reply_to property: {REPLY_TO} (RabbitMQ direct reply-to).",
+                },
                 "messages": [
                     {"$ref": f"#/channels/{name}Reply/messages/{rep.__name__}"},
                     {"$ref": f"#/channels/{name}Reply/messages/ErrorReply"},
@@ -586,6 +613,14 @@ def _rpc_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str, A
             },
         }
     return channels, operations
+
+
+def _event_binding(action: str) -> dict[str, Any]:
+    """Events are persistent; `mandatory` is a publisher's field, and the publisher is the engine on `receive`."""
+    binding: dict[str, Any] = {"deliveryMode": 2, "bindingVersion": _BINDING}
+    if action == "receive":
+        binding["mandatory"] = False
+    return binding
 
 
 def _event_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -613,7 +648,7 @@ def _event_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str,
             "channel": {"$ref": f"#/channels/{name}"},
             "summary": description,
             "messages": [{"$ref": f"#/channels/{name}/messages/{model.__name__}"}],
-            "bindings": {"amqp": {"deliveryMode": 2, "mandatory": False, "bindingVersion": _BINDING}},
+            "bindings": {"amqp": _event_binding(action)},
         }
     return channels, operations
 
@@ -671,8 +706,8 @@ def asyncapi() -> dict[str, Any]:
     traits = _traits_by_model()
     messages = {m.__name__: _message(m, traits[m]) for m in ALL_MODELS}
     exchange = _exchanges()
-    channels, operations = _rpc_channels(exchange["rpc"])
-    event_channels, event_operations = _event_channels(exchange["events"])
+    channels, operations = _rpc_channels(_binding_exchange(exchange["rpc"]))
+    event_channels, event_operations = _event_channels(_binding_exchange(exchange["events"]))
     channels |= event_channels
     operations |= event_operations
     channels["deadLetters"], messages["DeadLetter"], operations["sendDeadLetter"] = _dead_letter_channel()
