@@ -13,6 +13,7 @@ from vmsched.runtime import Runtime
 from vmsched_services.balancer.service import start as _balancer
 from vmsched_services.filter_worker.service import start as _filter_worker
 from vmsched_services.ha_monitor.service import start as _ha_monitor
+from vmsched_services.policy_admin.service import start as _policy_admin
 from vmsched_services.selector.service import start as _selector
 from vmsched_services.state_tracker.service import start as _state_tracker
 from vmsched_services.weigher.service import start as _weigher
@@ -27,6 +28,7 @@ SERVICES: Mapping[str, ServiceStart] = MappingProxyType(
         "selector": _selector,
         "ha-monitor": _ha_monitor,
         "balancer": _balancer,
+        "policy-admin": _policy_admin,
     }
 )
 

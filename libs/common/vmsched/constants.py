@@ -27,6 +27,15 @@ RPC_PLACE: Final = "place"
 RPC_WEIGH: Final = "weigh"
 RPC_STATE: Final = "state"
 RPC_HA_CHECK: Final = "ha-check"
+#: Policy administration (the policy-admin service, the only writer of policies).
+RPC_POLICY_READ: Final = "policy.read"
+RPC_POLICY_APPLY: Final = "policy.apply"
+RPC_POLICY_CLONE: Final = "policy.clone"
+RPC_POLICY_DELETE: Final = "policy.delete"
+RPC_POLICY_DETACH: Final = "policy.detach"
+RPC_POLICY_HISTORY: Final = "policy.history"
+RPC_POLICY_ROLLBACK: Final = "policy.rollback"
+RPC_UNITS_LIST: Final = "units.list"
 
 #: Queue consumed by each RPC service; the routing key binds the queue on RPC_EXCHANGE.
 RPC_QUEUES: Final[dict[str, str]] = {
@@ -36,6 +45,14 @@ RPC_QUEUES: Final[dict[str, str]] = {
     RPC_WEIGH: "vmsched.weigher.weigh",
     RPC_STATE: "vmsched.state-tracker.state",
     RPC_HA_CHECK: "vmsched.ha-monitor.check",
+    RPC_POLICY_READ: "vmsched.policy-admin.read",
+    RPC_POLICY_APPLY: "vmsched.policy-admin.apply",
+    RPC_POLICY_CLONE: "vmsched.policy-admin.clone",
+    RPC_POLICY_DELETE: "vmsched.policy-admin.delete",
+    RPC_POLICY_DETACH: "vmsched.policy-admin.detach",
+    RPC_POLICY_HISTORY: "vmsched.policy-admin.history",
+    RPC_POLICY_ROLLBACK: "vmsched.policy-admin.rollback",
+    RPC_UNITS_LIST: "vmsched.policy-admin.units",
 }
 
 # ---------------------------------------------------------------- RabbitMQ: event routing keys

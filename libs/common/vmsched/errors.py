@@ -14,7 +14,8 @@
     │       ├── PolicyNotFound    no policy with that id or name
     │       ├── PolicyLocked      a built-in policy cannot be edited or deleted: clone it
     │       ├── PolicyInUse       still attached to clusters, or the default
-    │       └── PolicyExists      a policy with that name or id exists
+    │       ├── PolicyExists      a policy with that name or id exists
+    │       └── InvalidPolicy     a policy or attachment does not validate: every problem, each with a fix
     ├── UnsupportedRegex          a unit's property regex uses a construct the backtracking check cannot
     │                             judge (backreference, lookaround) (also a ValueError)
     ├── StateConflict             the cluster's state in Redis moved on under a writer twice in a row
@@ -130,6 +131,12 @@ class PolicyExists(PolicyError):
     code = "policy_exists"
 
 
+class InvalidPolicy(PolicyError):
+    """A policy or cluster attachment that does not validate; the message lists every problem."""
+
+    code = "invalid_policy"
+
+
 class UnsupportedRegex(VmschedError, ValueError):
     """The regex uses a construct the backtracking check cannot reason about (backreference, lookaround).
 
@@ -210,6 +217,7 @@ __all__ = [
     "DatabaseUnavailable",
     "FencedOut",
     "InjectionError",
+    "InvalidPolicy",
     "InvalidProperty",
     "InvalidQuery",
     "InvalidRequest",

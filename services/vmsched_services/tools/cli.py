@@ -2,7 +2,7 @@
 
 vmsched up                         all services in this process (development)
 vmsched run SERVICE                one service: state-tracker, filter-worker, weigher, selector,
-                                   balancer, ha-monitor
+                                   balancer, ha-monitor, policy-admin
 vmsched schedule --cluster C --vm vm.json
 vmsched explain REQUEST_ID         a decision's full table (filters and weights per host)
 vmsched watch [--cluster C]        decisions, migrations, power advice and HA alerts, live
@@ -10,6 +10,8 @@ vmsched state --cluster C          what the state tracker knows
 vmsched db migrate                 create/upgrade the PostgreSQL schema, seed built-in policies
 vmsched contracts [--check]        (re)generate contracts/ from the message models
 vmsched units list                 the policy-unit catalogue
+vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history|rollback|import-nova
+                                   administer policies (the policy-admin service), from files in git
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
 vmsched chaos [EXPERIMENT ...] [--long] [--json]
@@ -32,6 +34,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from vmsched.settings import Settings
+from vmsched_services.tools.policy_cli import add_commands as add_policy_commands
 
 
 def _settings() -> Settings:
@@ -271,13 +274,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_service_commands(sub)
     _add_engine_commands(sub)
     _add_admin_commands(sub)
+    add_policy_commands(sub)
     _add_tool_commands(sub)
     return p
 
 
 def _add_service_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = sub.add_parser("run", help="run one service")
-    s.add_argument("service", help="state-tracker | filter-worker | weigher | selector | balancer | ha-monitor")
+    s.add_argument(
+        "service", help="state-tracker | filter-worker | weigher | selector | balancer | ha-monitor | policy-admin"
+    )
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("up", help="run every service in this process (development)")

@@ -36,6 +36,7 @@ READY_ROUTE = {
     "filter-worker": c.RPC_PLACE,
     "weigher": c.RPC_WEIGH,
     "selector": c.RPC_SCHEDULE,
+    "policy-admin": c.RPC_UNITS_LIST,
 }
 
 

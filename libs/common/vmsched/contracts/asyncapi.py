@@ -26,6 +26,20 @@ from vmsched.contracts.balance import (
 )
 from vmsched.contracts.base import Message
 from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.contracts.policies import (
+    ApplyPolicies,
+    ApplyReport,
+    ClonePolicy,
+    DetachCluster,
+    PolicyHistory,
+    PolicyListing,
+    PolicyQuery,
+    PolicyRef,
+    RollbackPolicy,
+    StoredPolicy,
+    UnitListing,
+    UnitQuery,
+)
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
 from vmsched.contracts.state import ClusterReport, ClusterState, HostReport, VmReport
 from vmsched.contracts.workers import (
@@ -84,6 +98,35 @@ RPCS: list[tuple[str, str, type[Message], type[Message], str, str]] = [
         "state-tracker",
         "A cluster's current state snapshot.",
     ),
+    (
+        "policyRead",
+        c.RPC_POLICY_READ,
+        PolicyQuery,
+        PolicyListing,
+        "policy-admin",
+        "Stored policies and cluster attachments.",
+    ),
+    (
+        "policyApply",
+        c.RPC_POLICY_APPLY,
+        ApplyPolicies,
+        ApplyReport,
+        "policy-admin",
+        "Make stored policies and attachments match a set (validated whole; versioned; dry run).",
+    ),
+    ("policyClone", c.RPC_POLICY_CLONE, ClonePolicy, StoredPolicy, "policy-admin", "Copy a policy under a new name."),
+    ("policyDelete", c.RPC_POLICY_DELETE, PolicyRef, ApplyReport, "policy-admin", "Delete an unused policy."),
+    ("policyDetach", c.RPC_POLICY_DETACH, DetachCluster, ApplyReport, "policy-admin", "Back to the default policy."),
+    ("policyHistory", c.RPC_POLICY_HISTORY, PolicyRef, PolicyHistory, "policy-admin", "A policy's stored versions."),
+    (
+        "policyRollback",
+        c.RPC_POLICY_ROLLBACK,
+        RollbackPolicy,
+        ApplyReport,
+        "policy-admin",
+        "Store an earlier version of a policy again, as a new version.",
+    ),
+    ("unitsList", c.RPC_UNITS_LIST, UnitQuery, UnitListing, "policy-admin", "The units policies can name."),
     (
         "haCheck",
         c.RPC_HA_CHECK,

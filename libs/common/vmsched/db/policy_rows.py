@@ -16,6 +16,7 @@ from asyncpg import exceptions as pg_errors
 from vmsched.db.pool import Connection, Record
 from vmsched.errors import PolicyExists, PolicyNotFound, UnknownPolicyUnit
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
+from vmsched.scheduling.policy_docs import document_of
 from vmsched.scheduling.units.base import UNIT_NAMESPACE
 
 
@@ -41,7 +42,7 @@ def unit_names(policy: Policy) -> list[str]:
 # ------------------------------------------------------------------------------ reading policies
 _SELECT_POLICY: Final = """
     SELECT p.id, p.name, p.description, p.is_locked, p.is_default, p.selector, p.properties,
-           bu.name AS balance
+           p.version, bu.name AS balance
     FROM policy p LEFT JOIN policy_unit bu ON bu.id = p.balance_unit
 """
 
@@ -80,6 +81,7 @@ async def load_policies(conn: Connection, where: str = "true", *args: object) ->
             properties=dict(r["properties"]),
             locked=r["is_locked"],
             is_default=r["is_default"],
+            version=r["version"],
         )
         for r in rows
     ]
@@ -170,14 +172,20 @@ async def write_policy(conn: Connection, policy: Policy) -> None:
     missing = [n for n in names if n not in known]
     if missing:
         raise UnknownPolicyUnit(f"policy {policy.name}: unknown units {missing}", location="unit")
+    # A new version only when what the administrator wrote changed: re-seeding the built-ins at
+    # every migration, or applying the same file twice, stores nothing new.
+    before = await load_policy(conn, policy.id)
+    document = document_of(policy)
+    changed = before is None or document_of(before) != document or before.locked != policy.locked
+    version = 1 if before is None else before.version + 1 if changed else before.version
     try:
         await conn.execute(
-            """INSERT INTO policy (id, name, description, is_locked, selector, balance_unit, properties)
-               VALUES ($1, $2, $3, $4, $5, $6, $7)
+            """INSERT INTO policy (id, name, description, is_locked, selector, balance_unit, properties, version)
+               VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
                ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, description = EXCLUDED.description,
                    is_locked = EXCLUDED.is_locked, selector = EXCLUDED.selector,
                    balance_unit = EXCLUDED.balance_unit, properties = EXCLUDED.properties,
-                   updated_at = now()""",
+                   version = EXCLUDED.version, updated_at = now()""",
             policy.id,
             policy.name,
             policy.description,
@@ -185,7 +193,16 @@ async def write_policy(conn: Connection, policy: Policy) -> None:
             policy.selector,
             unit_id(policy.balance) if policy.balance is not None else None,
             dict(policy.properties),
+            version,
         )
+        if changed:
+            await conn.execute(
+                """INSERT INTO policy_version (policy_id, version, document) VALUES ($1, $2, $3)
+                   ON CONFLICT (policy_id, version) DO UPDATE SET document = EXCLUDED.document""",
+                policy.id,
+                version,
+                document.model_dump(mode="json"),
+            )
         await conn.execute("DELETE FROM policy_unit_link WHERE policy_id = $1", policy.id)
         await conn.executemany(
             """INSERT INTO policy_unit_link (id, policy_id, policy_unit_id, filter_selected,

@@ -19,6 +19,7 @@ from uuid import UUID, uuid4
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
+from vmsched.contracts.policies import PolicyDocument
 from vmsched.db.catalogue import ensure_units
 from vmsched.db.policy_rows import (
     default_policy_id,
@@ -249,6 +250,29 @@ class PolicyRepository:
         async with self._pool.acquire() as conn:
             status: str = await conn.execute("DELETE FROM cluster_policy WHERE cluster_id = $1", cluster_id)
         return status != "DELETE 0"
+
+    async def history(self, policy_id_or_name: UUID | str) -> builtins.list[tuple[int, datetime, PolicyDocument]]:
+        """The stored versions of a policy, newest first: (version, when stored, its document)."""
+        async with self._pool.acquire() as conn:
+            row = await resolve_policy(conn, policy_id_or_name)
+            rows = await conn.fetch(
+                "SELECT version, stored_at, document FROM policy_version WHERE policy_id = $1 ORDER BY version DESC",
+                row["id"],
+            )
+        return [(r["version"], r["stored_at"], PolicyDocument.model_validate(r["document"])) for r in rows]
+
+    async def clusters(self) -> builtins.list[tuple[ClusterSettings, str]]:
+        """Every cluster with settings of its own, by id, with the name of the policy it runs."""
+        async with self._pool.acquire() as conn:
+            default = await default_policy_id(conn)
+            rows = await conn.fetch(
+                """SELECT c.cluster_id, c.policy_id, c.properties, c.ha_reservation, c.updated_at,
+                          p.name AS policy_name
+                   FROM cluster_policy c JOIN policy p ON p.id = COALESCE(c.policy_id, $1)
+                   ORDER BY c.cluster_id""",
+                default,
+            )
+        return [(ClusterSettings(**{k: r[k] for k in ClusterSettings.model_fields}), r["policy_name"]) for r in rows]
 
     # ---------------------------------------------------------------------------------- helpers
     async def _load_existing(self, conn: Connection, policy_id: UUID) -> Policy:

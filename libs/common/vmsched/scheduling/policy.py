@@ -56,6 +56,8 @@ class Policy(BaseModel):
     properties: Mapping[Name, PropertyValue] = Field(default_factory=dict, max_length=256)
     locked: bool = False
     is_default: bool = False
+    #: The stored version (every stored change adds one); 1 for a policy not stored yet.
+    version: int = Field(1, ge=1)
 
     def ordered_filters(self) -> list[PolicyFilter]:
         """`first` filters, then unordered ones, then `last` ones; stable within each group."""

@@ -1,0 +1,244 @@
+"""Policy administration: policies as documents, and the RPCs of the policy-admin service.
+
+A `PolicyDocument` is a policy as an administrator writes it (and as `vmsched policy export` writes
+it to YAML): its filters in order (each may be pinned first or last), its weight units with
+factors, its balance unit, selector and properties. A `PolicySet` is a file's worth: policies and
+which cluster runs which. The policy-admin service is the only writer of policies: every change is
+validated whole, stored as a new version, and announced with `policy.changed`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from vmsched.contracts.base import MAX_INT, MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
+
+#: A policy's name: what administrators and files refer to it by.
+PolicyName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:@-]*$")]
+#: A unit as a document names it. Looser than a unit name on purpose: a misspelled unit gets a
+#: "did you mean" from validation instead of a pattern error.
+UnitRef = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+
+MAX_UNITS = 256
+MAX_PROPERTIES = 256
+
+
+class FilterPosition(StrEnum):
+    """Where a filter runs: pinned first, pinned last, or in list order in between (oVirt's
+    filter_sequence)."""
+
+    FIRST = "first"
+    ANY = "any"
+    LAST = "last"
+
+
+class FilterEntry(Message):
+    unit: UnitRef = Field(description="A filter unit's name (`vmsched units list`).")
+    position: FilterPosition = Field(
+        FilterPosition.ANY, description="first / last pin the filter; any runs it in list order."
+    )
+
+
+class WeightEntry(Message):
+    unit: UnitRef = Field(description="A weight unit's name (`vmsched units list`).")
+    factor: Int = Field(
+        1,
+        ge=-1_000_000,
+        le=1_000_000,
+        description="Multiplier of the unit's points; negative turns spreading into stacking (Nova).",
+    )
+
+
+class PolicyDocument(Message):
+    """A policy as written by an administrator."""
+
+    name: PolicyName = Field(description="Unique name; built-in policies keep theirs and are locked.")
+    description: Text = Field("", description="Free text shown by `vmsched policy list`.")
+    filters: list[FilterEntry] = Field(
+        default_factory=list, max_length=MAX_UNITS, description="Hard constraints, run in this order."
+    )
+    weights: list[WeightEntry] = Field(
+        default_factory=list, max_length=MAX_UNITS, description="Soft preferences and their factors."
+    )
+    balance: UnitRef | None = Field(None, description="The balance unit the balancer runs, or none.")
+    selector: Name = Field("RankSelector", description="How weights become a ranking (RankSelector, ...).")
+    properties: dict[Key, PropertyValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PROPERTIES,
+        description="Unit properties shared by every unit of the policy, as strings (oVirt's custom properties).",
+    )
+
+
+class StoredPolicy(Message):
+    """A policy as stored: its document and what the store adds."""
+
+    document: PolicyDocument
+    id: Id = Field(description="The policy's id (a UUID).")
+    version: Int = Field(ge=1, le=MAX_INT, description="Increases by one with every stored change.")
+    locked: Bool = Field(description="A built-in: it cannot be edited or deleted, only cloned.")
+    default: Bool = Field(description="The policy clusters without their own choice run.")
+    clusters: list[Id] = Field(default_factory=list, max_length=100_000, description="Clusters attached to it.")
+
+
+class ClusterAttachment(Message):
+    """Which policy a cluster runs, with the cluster's own property overrides."""
+
+    cluster_id: Id
+    policy: PolicyName = Field(description="The policy's name.")
+    properties: dict[Key, PropertyValue] = Field(
+        default_factory=dict,
+        max_length=MAX_PROPERTIES,
+        description="Overrides of the policy's properties for this cluster only.",
+    )
+    ha_reservation: Bool = Field(False, description="Keep room to restart the HA VMs of any one failed host.")
+
+
+class PolicySet(Message):
+    """Policies and cluster attachments: what `vmsched policy apply -f` reads and `export` writes."""
+
+    policies: list[PolicyDocument] = Field(default_factory=list, max_length=1000)
+    clusters: list[ClusterAttachment] = Field(default_factory=list, max_length=100_000)
+
+
+# ------------------------------------------------------------------------------------ RPCs
+class PolicyQuery(Message):
+    """RPC `policy.read`: the stored policies (all, or these names) and the cluster attachments."""
+
+    names: list[PolicyName] | None = Field(None, max_length=1000, description="Only these policies; None: all.")
+
+
+class PolicyListing(Message):
+    policies: list[StoredPolicy] = Field(max_length=1000)
+    clusters: list[ClusterAttachment] = Field(max_length=100_000)
+
+
+class ApplyPolicies(Message):
+    """RPC `policy.apply`: make the stored policies and attachments match `desired` (create what is
+    new, change what differs, leave the rest). All or nothing: one invalid entry refuses the whole
+    set, listing every problem."""
+
+    desired: PolicySet
+    dry_run: Bool = Field(False, description="Validate and report the changes without storing them.")
+
+
+class ChangeAction(StrEnum):
+    CREATE = "create"
+    UPDATE = "update"
+    UNCHANGED = "unchanged"
+    ATTACH = "attach"
+    DETACH = "detach"
+    DELETE = "delete"
+
+
+class Change(Message):
+    """One policy or cluster attachment the request changed (or would, in a dry run)."""
+
+    kind: Name = Field(description="policy or cluster")
+    name: Key = Field(description="The policy's name or the cluster's id.")
+    action: ChangeAction
+    #: "+ filter Memory (first)", "~ weight OptimalForEvenCpuDistribution factor 1 -> 2", ...
+    diff: list[Annotated[str, StringConstraints(max_length=MAX_TEXT)]] = Field(
+        default_factory=list, max_length=10_000, description="What changed, one line per difference."
+    )
+    version: Int | None = Field(None, ge=1, le=MAX_INT, description="The policy's version after the change.")
+
+
+class ApplyReport(Message):
+    dry_run: Bool
+    changes: list[Change] = Field(max_length=200_000)
+
+
+class ClonePolicy(Message):
+    """RPC `policy.clone`: an editable copy of a policy (built-ins included) under a new name."""
+
+    source: PolicyName
+    name: PolicyName
+    description: Text | None = None
+
+
+class PolicyRef(Message):
+    """RPC `policy.delete` and `policy.history`: one policy by name."""
+
+    name: PolicyName
+
+
+class DetachCluster(Message):
+    """RPC `policy.detach`: the cluster goes back to the default policy (its overrides dropped)."""
+
+    cluster_id: Id
+
+
+class RollbackPolicy(Message):
+    """RPC `policy.rollback`: store an earlier version's document again, as a new version."""
+
+    name: PolicyName
+    version: Int | None = Field(
+        None, ge=1, le=MAX_INT, description="The version to go back to; None: the one before the current."
+    )
+
+
+class PolicyVersion(Message):
+    version: Int = Field(ge=1, le=MAX_INT)
+    stored_at: datetime
+    document: PolicyDocument
+
+
+class PolicyHistory(Message):
+    name: PolicyName
+    versions: list[PolicyVersion] = Field(max_length=100_000, description="Newest first.")
+
+
+class UnitQuery(Message):
+    """RPC `units.list`: the units policies can name."""
+
+
+class UnitProperty(Message):
+    name: Key
+    regex: Annotated[str, StringConstraints(max_length=MAX_TEXT)]
+    default: PropertyValue | None = None
+    description: Text = ""
+
+
+class UnitInfo(Message):
+    name: Name
+    description: Text = ""
+    filter: Bool
+    weight: Bool
+    balance: Bool
+    properties: list[UnitProperty] = Field(default_factory=list, max_length=MAX_PROPERTIES)
+
+
+class UnitListing(Message):
+    units: list[UnitInfo] = Field(max_length=10_000)
+
+
+__all__ = [
+    "ApplyPolicies",
+    "ApplyReport",
+    "Change",
+    "ChangeAction",
+    "ClonePolicy",
+    "ClusterAttachment",
+    "DetachCluster",
+    "FilterEntry",
+    "FilterPosition",
+    "PolicyDocument",
+    "PolicyHistory",
+    "PolicyListing",
+    "PolicyName",
+    "PolicyQuery",
+    "PolicyRef",
+    "PolicySet",
+    "PolicyVersion",
+    "RollbackPolicy",
+    "StoredPolicy",
+    "UnitInfo",
+    "UnitListing",
+    "UnitProperty",
+    "UnitQuery",
+    "WeightEntry",
+]

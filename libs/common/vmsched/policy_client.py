@@ -1,0 +1,78 @@
+"""The administrator's side of vmsched: policies over the bus, through the policy-admin service.
+
+async with PolicyClient(Settings()) as admin:
+    report = await admin.apply(PolicySet(policies=[...], clusters=[...]), dry_run=True)
+    for change in report.changes:
+        print(change.action, change.name, change.diff)
+
+Refusals arrive as vmsched.errors.RemoteError with the service's code (`invalid_policy` lists every
+problem of the request, `policy_locked`, `policy_in_use`, `policy_not_found`, ...).
+"""
+
+from __future__ import annotations
+
+from vmsched import constants as c
+from vmsched.bus import Bus, connect
+from vmsched.contracts import (
+    ApplyPolicies,
+    ApplyReport,
+    ClonePolicy,
+    DetachCluster,
+    PolicyHistory,
+    PolicyListing,
+    PolicyQuery,
+    PolicyRef,
+    PolicySet,
+    RollbackPolicy,
+    StoredPolicy,
+    UnitListing,
+    UnitQuery,
+)
+from vmsched.settings import Settings
+
+
+class PolicyClient:
+    def __init__(self, settings: Settings | None = None, *, bus: Bus | None = None) -> None:
+        self.settings = settings or Settings()
+        self.bus = bus or connect(self.settings, "policy-client")
+        self._own_bus = bus is None
+
+    async def __aenter__(self) -> PolicyClient:
+        if self._own_bus:
+            await self.bus.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._own_bus:
+            await self.bus.close()
+
+    async def read(self, names: list[str] | None = None) -> PolicyListing:
+        """The stored policies (all, or these) and the clusters attached to them."""
+        return await self.bus.call(c.RPC_POLICY_READ, PolicyQuery(names=names), PolicyListing)
+
+    async def apply(self, desired: PolicySet, *, dry_run: bool = False) -> ApplyReport:
+        """Make the stored policies and attachments match `desired`; with `dry_run`, only say how."""
+        return await self.bus.call(c.RPC_POLICY_APPLY, ApplyPolicies(desired=desired, dry_run=dry_run), ApplyReport)
+
+    async def clone(self, source: str, name: str, *, description: str | None = None) -> StoredPolicy:
+        request = ClonePolicy(source=source, name=name, description=description)
+        return await self.bus.call(c.RPC_POLICY_CLONE, request, StoredPolicy)
+
+    async def delete(self, name: str) -> ApplyReport:
+        return await self.bus.call(c.RPC_POLICY_DELETE, PolicyRef(name=name), ApplyReport)
+
+    async def detach(self, cluster_id: str) -> ApplyReport:
+        return await self.bus.call(c.RPC_POLICY_DETACH, DetachCluster(cluster_id=cluster_id), ApplyReport)
+
+    async def history(self, name: str) -> PolicyHistory:
+        return await self.bus.call(c.RPC_POLICY_HISTORY, PolicyRef(name=name), PolicyHistory)
+
+    async def rollback(self, name: str, version: int | None = None) -> ApplyReport:
+        request = RollbackPolicy(name=name, version=version)
+        return await self.bus.call(c.RPC_POLICY_ROLLBACK, request, ApplyReport)
+
+    async def units(self) -> UnitListing:
+        return await self.bus.call(c.RPC_UNITS_LIST, UnitQuery(), UnitListing)
+
+
+__all__ = ["PolicyClient"]

@@ -1,0 +1,262 @@
+"""policy-admin: the only writer of policies (RPCs `policy.*` and `units.list`).
+
+Every change is validated whole before anything is stored (vmsched.scheduling.policy_docs: unknown
+units with a suggestion, properties no unit reads, values a unit refuses, in words), stored as a new
+version of the policy, and announced with `policy.changed`, so every selector and balancer drops its
+cached copy. Built-in policies stay locked: they can be cloned, not edited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+from uuid import uuid4
+
+from vmsched import constants as c
+from vmsched.contracts import (
+    ApplyPolicies,
+    ApplyReport,
+    Change,
+    ChangeAction,
+    ClonePolicy,
+    ClusterAttachment,
+    DetachCluster,
+    Message,
+    PolicyChanged,
+    PolicyDocument,
+    PolicyHistory,
+    PolicyListing,
+    PolicyQuery,
+    PolicyRef,
+    PolicySet,
+    PolicyVersion,
+    RollbackPolicy,
+    StoredPolicy,
+    UnitInfo,
+    UnitListing,
+    UnitProperty,
+    UnitQuery,
+)
+from vmsched.db.repository import PolicyRepository
+from vmsched.errors import InvalidPolicy, PolicyNotFound
+from vmsched.logging import get_logger
+from vmsched.runtime import Runtime
+from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.policy_docs import (
+    attachment_diff,
+    diff,
+    document_of,
+    policy_of,
+    policy_units,
+    problems,
+    property_problems,
+)
+from vmsched.scheduling.units import REGISTRY
+from vmsched.scheduling.units.base import PolicyUnit
+
+log = get_logger("vmsched.policy_admin")
+
+
+def _stored(policy: Policy, clusters: Sequence[str]) -> StoredPolicy:
+    return StoredPolicy(
+        document=document_of(policy),
+        id=str(policy.id),
+        version=policy.version,
+        locked=policy.locked,
+        default=policy.is_default,
+        clusters=list(clusters),
+    )
+
+
+def _refuse(found: Sequence[str]) -> InvalidPolicy:
+    listed = "\n".join(f"  - {p}" for p in found)
+    return InvalidPolicy(f"nothing was stored; {len(found)} problem(s):\n{listed}", location="policies")
+
+
+class PolicyAdmin:
+    def __init__(self, rt: Runtime, registry: Mapping[str, PolicyUnit] = REGISTRY) -> None:
+        self.rt = rt
+        rt.uses_postgres = True  # /readyz checks PostgreSQL in this process
+        self.registry = registry
+
+    async def _repo(self) -> PolicyRepository:
+        return PolicyRepository(await self.rt.postgres(), self.registry)
+
+    async def _announce(self, event: PolicyChanged) -> None:
+        await self.rt.bus.publish(c.POLICY_CHANGED, event)
+
+    # ------------------------------------------------------------------------------ reading
+    async def read(self, query: PolicyQuery) -> PolicyListing:
+        repo = await self._repo()
+        policies = await repo.list()
+        if query.names is not None:
+            known = {p.name for p in policies}
+            missing = [n for n in query.names if n not in known]
+            if missing:
+                raise PolicyNotFound(f"no policy {', '.join(map(repr, missing))}", location="names")
+            policies = [p for p in policies if p.name in set(query.names)]
+        attachments = await self._attachments(repo)
+        by_policy: dict[str, list[str]] = {}
+        for a in attachments:
+            by_policy.setdefault(a.policy, []).append(a.cluster_id)
+        stored = [_stored(p, by_policy.get(p.name, [])) for p in policies]
+        shown = {p.name for p in policies}
+        return PolicyListing(policies=stored, clusters=[a for a in attachments if a.policy in shown])
+
+    async def _attachments(self, repo: PolicyRepository) -> list[ClusterAttachment]:
+        return [
+            ClusterAttachment(
+                cluster_id=settings.cluster_id,
+                policy=name,
+                properties=dict(settings.properties),
+                ha_reservation=settings.ha_reservation,
+            )
+            for settings, name in await repo.clusters()
+        ]
+
+    async def history(self, ref: PolicyRef) -> PolicyHistory:
+        versions = await (await self._repo()).history(ref.name)
+        return PolicyHistory(
+            name=ref.name,
+            versions=[PolicyVersion(version=v, stored_at=at, document=doc) for v, at, doc in versions],
+        )
+
+    async def units(self, _: UnitQuery) -> UnitListing:
+        return UnitListing(
+            units=[
+                UnitInfo(
+                    name=u.name,
+                    description=u.description[:2000],
+                    filter=u.filter is not None,
+                    weight=u.weight is not None,
+                    balance=u.balance is not None,
+                    properties=[
+                        UnitProperty(name=n, regex=s.regex, default=s.default, description=s.description)
+                        for n, s in u.properties.items()
+                    ],
+                )
+                for u in sorted(self.registry.values(), key=lambda u: u.name)
+            ]
+        )
+
+    # ------------------------------------------------------------------------------ writing
+    async def apply(self, req: ApplyPolicies) -> ApplyReport:
+        repo = await self._repo()
+        stored = {p.name: p for p in await repo.list()}
+        attached = {a.cluster_id: a for a in await self._attachments(repo)}
+        found = self._check(req.desired, stored)
+        if found:
+            raise _refuse(found)
+        changes: list[Change] = []
+        for doc in req.desired.policies:
+            current = stored.get(doc.name)
+            before = document_of(current) if current is not None else None
+            if before == doc:
+                changes.append(Change(kind="policy", name=doc.name, action=ChangeAction.UNCHANGED))
+                continue
+            action = ChangeAction.CREATE if current is None else ChangeAction.UPDATE
+            version = None
+            if not req.dry_run:
+                version = await self._store(repo, doc, current)
+            changes.append(Change(kind="policy", name=doc.name, action=action, diff=diff(before, doc), version=version))
+        for want in req.desired.clusters:
+            had = attached.get(want.cluster_id)
+            if had == want:
+                changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.UNCHANGED))
+                continue
+            if not req.dry_run:
+                await repo.set_cluster_policy(want.cluster_id, want.policy, want.properties, want.ha_reservation)
+                await self._announce(PolicyChanged(cluster_id=want.cluster_id))
+            lines = attachment_diff(had, want)
+            changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.ATTACH, diff=lines))
+        if not req.dry_run:
+            log.info("policies applied", changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
+        return ApplyReport(dry_run=req.dry_run, changes=changes)
+
+    async def _store(self, repo: PolicyRepository, doc: PolicyDocument, current: Policy | None) -> int:
+        if current is None:
+            saved = await repo.create(policy_of(doc, uuid4()))
+        else:
+            saved = await repo.update(policy_of(doc, current.id).model_copy(update={"is_default": current.is_default}))
+        await self._announce(PolicyChanged(policy_id=saved.id))
+        return saved.version
+
+    def _check(self, desired: PolicySet, stored: Mapping[str, Policy]) -> list[str]:
+        """Every problem of the whole set, each naming its policy or cluster."""
+        found: list[str] = []
+        names = [d.name for d in desired.policies]
+        for name in sorted({n for n in names if names.count(n) > 1}):
+            found.append(f"policy {name}: listed twice")
+        documents = {d.name: d for d in desired.policies}
+        for doc in desired.policies:
+            current = stored.get(doc.name)
+            if current is not None and current.locked and document_of(current) != doc:
+                found.append(
+                    f"policy {doc.name}: built in and locked; clone it and edit the clone "
+                    f"(vmsched policy clone {doc.name} my-{doc.name})"
+                )
+                continue
+            found += [f"policy {doc.name}: {p}" for p in problems(doc, self.registry)]
+        clusters = [a.cluster_id for a in desired.clusters]
+        for cluster in sorted({x for x in clusters if clusters.count(x) > 1}):
+            found.append(f"cluster {cluster}: listed twice")
+        for want in desired.clusters:
+            policy: Policy | PolicyDocument | None = documents.get(want.policy) or stored.get(want.policy)
+            if policy is None:
+                known = sorted({*stored, *documents})
+                found.append(f"cluster {want.cluster_id}: no policy {want.policy!r} (known: {', '.join(known)})")
+                continue
+            units = policy_units(policy, self.registry)
+            found += [f"cluster {want.cluster_id}: {p}" for p in property_problems(want.properties, units)]
+        return found
+
+    async def clone(self, req: ClonePolicy) -> StoredPolicy:
+        repo = await self._repo()
+        copy = await repo.clone(req.source, req.name, description=req.description)
+        await self._announce(PolicyChanged(policy_id=copy.id))
+        return _stored(copy, [])
+
+    async def delete(self, ref: PolicyRef) -> ApplyReport:
+        repo = await self._repo()
+        policy = await repo.get(ref.name)
+        await repo.delete(policy.id)
+        await self._announce(PolicyChanged(policy_id=policy.id))
+        return ApplyReport(dry_run=False, changes=[Change(kind="policy", name=ref.name, action=ChangeAction.DELETE)])
+
+    async def detach(self, req: DetachCluster) -> ApplyReport:
+        repo = await self._repo()
+        had = await repo.clear_cluster(req.cluster_id)
+        action = ChangeAction.DETACH if had else ChangeAction.UNCHANGED
+        if had:
+            await self._announce(PolicyChanged(cluster_id=req.cluster_id))
+        return ApplyReport(dry_run=False, changes=[Change(kind="cluster", name=req.cluster_id, action=action)])
+
+    async def rollback(self, req: RollbackPolicy) -> ApplyReport:
+        repo = await self._repo()
+        versions = await repo.history(req.name)
+        current = versions[0][0] if versions else 0
+        target = req.version if req.version is not None else current - 1
+        chosen = next((doc for v, _, doc in versions if v == target), None)
+        if chosen is None:
+            have = ", ".join(str(v) for v, _, _ in versions) or "none"
+            raise PolicyNotFound(
+                f"policy {req.name} has no version {target} (stored versions: {have})", location="version"
+            )
+        return await self.apply(ApplyPolicies(desired=PolicySet(policies=[chosen])))
+
+
+async def start(rt: Runtime) -> PolicyAdmin:
+    admin = PolicyAdmin(rt)
+    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
+        (c.RPC_POLICY_READ, PolicyQuery, admin.read),
+        (c.RPC_POLICY_APPLY, ApplyPolicies, admin.apply),
+        (c.RPC_POLICY_CLONE, ClonePolicy, admin.clone),
+        (c.RPC_POLICY_DELETE, PolicyRef, admin.delete),
+        (c.RPC_POLICY_DETACH, DetachCluster, admin.detach),
+        (c.RPC_POLICY_HISTORY, PolicyRef, admin.history),
+        (c.RPC_POLICY_ROLLBACK, RollbackPolicy, admin.rollback),
+        (c.RPC_UNITS_LIST, UnitQuery, admin.units),
+    ]
+    for route, request, handler in routes:
+        await rt.bus.serve(route, request, handler)
+    return admin

@@ -1,0 +1,76 @@
+"""`vmsched policy ...`: the command group's parser. The commands (vmsched_services.tools.
+policy_commands) are imported when one runs, so `vmsched --help` does not load the bus or the
+message models.
+
+Policies live in YAML files an administrator keeps in git:
+
+    policies:
+      - name: web-spread
+        description: spread web VMs, keep 25% headroom
+        filters: [Memory, CPU, Network, {unit: PinToHost, position: first}]
+        weights:
+          - {unit: OptimalForEvenCpuDistribution, factor: 2}
+        properties: {HighUtilization: "75"}
+    clusters:
+      - {cluster_id: c1, policy: web-spread, ha_reservation: true}
+
+`vmsched policy apply -f FILE` makes the stored policies match (idempotent, shows the diff,
+`--dry-run`); `vmsched policy export` writes the same format back.
+"""
+
+from __future__ import annotations
+
+import argparse
+from functools import partial
+
+
+def _run(name: str, args: argparse.Namespace) -> int:
+    from vmsched.settings import Settings
+    from vmsched_services.tools.policy_commands import COMMANDS, run
+
+    return run(COMMANDS[name], args, Settings())
+
+
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The `vmsched policy` command group."""
+    policy = sub.add_parser("policy", help="administer policies (the policy-admin service must run)")
+    cmds = policy.add_subparsers(dest="policy_command", required=True)
+
+    def add(name: str, text: str) -> argparse.ArgumentParser:
+        p = cmds.add_parser(name, help=text, description=text)
+        p.set_defaults(fn=partial(_run, name))
+        return p
+
+    add("list", "every policy: version, built-in/default, clusters")
+    add("show", "one policy as YAML, with the clusters attached to it").add_argument("name")
+    p = add("export", "policies and attachments as a YAML file to keep in git (built-ins with --all)")
+    p.add_argument("names", nargs="*", help="only these policies")
+    p.add_argument("--all", action="store_true", help="include the built-in policies")
+    p.add_argument("-o", "--output", help="write to this file (default: standard output)")
+    p = add("apply", "make policies and attachments match a file; shows what changes")
+    p.add_argument("-f", "--file", required=True, help="a YAML or JSON policy set, - for standard input")
+    p.add_argument("--dry-run", action="store_true", help="validate and show the changes, store nothing")
+    p = add("clone", "copy a policy (built-ins too) under a new name, to edit it")
+    p.add_argument("source")
+    p.add_argument("name")
+    p.add_argument("--description")
+    add("delete", "delete a policy no cluster uses").add_argument("name")
+    p = add("attach", "make a cluster run a policy")
+    p.add_argument("cluster")
+    p.add_argument("policy")
+    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a property override for this cluster")
+    p.add_argument("--ha-reservation", action="store_true", help="keep room to restart one failed host's HA VMs")
+    p.add_argument("--dry-run", action="store_true")
+    add("detach", "the cluster goes back to the default policy").add_argument("cluster")
+    add("history", "a policy's stored versions and what each changed").add_argument("name")
+    p = add("rollback", "store an earlier version again (default: the one before the current)")
+    p.add_argument("name")
+    p.add_argument("--to", type=int, metavar="VERSION")
+    p = add("import-nova", "a policy from nova.conf's enabled_filters and weight multipliers")
+    p.add_argument("file", help="a nova.conf")
+    p.add_argument("--name", required=True, help="the new policy's name")
+    p.add_argument("--apply", action="store_true", help="store it (default: print it as YAML)")
+    p.add_argument("--dry-run", action="store_true")
+
+
+__all__ = ["add_commands"]

@@ -1,0 +1,312 @@
+"""The `vmsched policy ...` commands (their parser is vmsched_services.tools.policy_cli): administer
+policies from a shell or from files kept in git.
+
+Files are YAML (or JSON) PolicySets:
+
+    policies:
+      - name: web-spread
+        description: spread web VMs, keep 25% headroom
+        filters: [Memory, CPU, Network, {unit: PinToHost, position: first}]
+        weights:
+          - {unit: OptimalForEvenCpuDistribution, factor: 2}
+        properties: {HighUtilization: "75"}
+    clusters:
+      - {cluster_id: c1, policy: web-spread, ha_reservation: true}
+
+A filter may be written as its unit name alone (it then runs in list order). `apply` is idempotent
+and shows what changes; `export` writes the same format back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import configparser
+import sys
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, PolicyDocument, PolicySet
+from vmsched.errors import InvalidRequest, RemoteError, VmschedError
+from vmsched.policy_client import PolicyClient
+from vmsched.scheduling.policy_docs import diff
+from vmsched.settings import Settings
+
+#: Exit codes: done, refused (the service said why), the file or arguments are wrong.
+OK, REFUSED, BAD_INPUT = 0, 1, 2
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+# ------------------------------------------------------------------------------ files
+def _expand(raw: Any) -> Any:
+    """Accept a filter written as its unit name alone."""
+    if isinstance(raw, dict):
+        for policy in raw.get("policies") or []:
+            if isinstance(policy, dict) and isinstance(policy.get("filters"), list):
+                policy["filters"] = [{"unit": f} if isinstance(f, str) else f for f in policy["filters"]]
+    return raw
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "the top level"
+
+
+def read_set(path: str) -> PolicySet:
+    """A PolicySet from a YAML or JSON file ("-": standard input); InvalidRequest says what is wrong."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidRequest(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{path}: expected a mapping with 'policies' and/or 'clusters'")
+    try:
+        return PolicySet.model_validate(_expand(raw))
+    except ValidationError as exc:
+        lines = [f"  {_where(e['loc'])}: {e['msg']}" for e in exc.errors()[:20]]
+        raise InvalidRequest(f"{path}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
+
+
+def dump_set(policies: PolicySet) -> str:
+    """The set as YAML, filters that run in list order written as plain unit names."""
+    data = policies.model_dump(mode="json", exclude={"policies": {"__all__": {"schema_version"}}})
+    for policy in data["policies"]:
+        policy["filters"] = [f["unit"] if f["position"] == "any" else f for f in policy["filters"]]
+        for w in policy["weights"]:
+            w.pop("schema_version", None)
+        for f in policy["filters"]:
+            if isinstance(f, dict):
+                f.pop("schema_version", None)
+        if policy["balance"] is None:
+            del policy["balance"]
+    for cluster in data["clusters"]:
+        cluster.pop("schema_version", None)
+    data.pop("schema_version", None)
+    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+
+
+# ------------------------------------------------------------------------------ nova.conf
+#: Nova weigher class -> (vmsched unit, nova.conf option holding its multiplier).
+NOVA_WEIGHERS: dict[str, tuple[str, str]] = {
+    "RAMWeigher": ("RAMWeigher", "ram_weight_multiplier"),
+    "CPUWeigher": ("CPUWeigher", "cpu_weight_multiplier"),
+    "DiskWeigher": ("DiskWeigher", "disk_weight_multiplier"),
+    "IoOpsWeigher": ("IoOpsWeigher", "io_ops_weight_multiplier"),
+    "BuildFailureWeigher": ("BuildFailureWeigher", "build_failure_weight_multiplier"),
+    "ServerGroupSoftAffinityWeigher": ("ServerGroupSoftAffinityWeigher", "soft_affinity_weight_multiplier"),
+    "ServerGroupSoftAntiAffinityWeigher": (
+        "ServerGroupSoftAntiAffinityWeigher",
+        "soft_anti_affinity_weight_multiplier",
+    ),
+    "MetricsWeigher": ("MetricsWeigher", "weight_multiplier"),
+}
+
+
+def from_nova_conf(path: str, name: str) -> PolicyDocument:
+    """A policy from nova.conf's [filter_scheduler]: enabled_filters in order, and each weigher
+    with its multiplier (Nova's default multiplier 1.0 when unset; factors are whole numbers here,
+    so a fractional multiplier is refused with the option named)."""
+    parser = configparser.ConfigParser(interpolation=None, strict=False)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            parser.read_file(fh)
+    except (OSError, configparser.Error) as exc:
+        raise InvalidRequest(f"{path}: cannot read it as nova.conf ({exc})") from None
+    section = "filter_scheduler"
+    if not parser.has_section(section):
+        raise InvalidRequest(f"{path}: no [filter_scheduler] section")
+    raw_filters = parser.get(section, "enabled_filters", fallback="")
+    filters = [{"unit": f.strip()} for f in raw_filters.replace("\n", ",").split(",") if f.strip()]
+    weights = []
+    raw_weighers = parser.get(section, "weight_classes", fallback="nova.scheduler.weights.all_weighers")
+    chosen = (
+        list(NOVA_WEIGHERS)
+        if raw_weighers.strip().endswith("all_weighers")
+        else [w.strip().rsplit(".", 1)[-1] for w in raw_weighers.split(",") if w.strip()]
+    )
+    for weigher in chosen:
+        unit, option = NOVA_WEIGHERS.get(weigher, (weigher, ""))
+        text = parser.get(section, option, fallback="1.0") if option else "1.0"
+        try:
+            multiplier = float(text)
+        except ValueError:
+            raise InvalidRequest(f"{path}: [{section}] {option} = {text!r} is not a number") from None
+        if multiplier != int(multiplier):
+            raise InvalidRequest(
+                f"{path}: [{section}] {option} = {text}: vmsched factors are whole numbers; "
+                "scale every multiplier by the same power of ten"
+            )
+        if multiplier != 0:
+            weights.append({"unit": unit, "factor": int(multiplier)})
+    try:
+        return PolicyDocument.model_validate(
+            {"name": name, "description": f"imported from {Path(path).name}", "filters": filters, "weights": weights}
+        )
+    except ValidationError as exc:
+        raise InvalidRequest(f"{path}: {exc.errors()[0]['msg']}") from None
+
+
+# ------------------------------------------------------------------------------ printing
+def render_report(report: ApplyReport) -> str:
+    verb = "would" if report.dry_run else "did"
+    lines = []
+    for ch in report.changes:
+        version = f" (version {ch.version})" if ch.version is not None else ""
+        lines.append(f"{ch.kind} {ch.name}: {ch.action.value}{version}")
+        lines += [f"    {line}" for line in ch.diff]
+    changed = sum(ch.action is not ChangeAction.UNCHANGED for ch in report.changes)
+    lines.append(f"{changed} change(s) {verb} apply; {len(report.changes) - changed} unchanged")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ commands
+Command = Callable[[argparse.Namespace, PolicyClient], Coroutine[Any, Any, int]]
+
+
+async def _list(args: argparse.Namespace, admin: PolicyClient) -> int:
+    listing = await admin.read()
+    print(f"{'name':<28}{'version':>8}  {'flags':<16}{'clusters':<24}description")
+    for p in listing.policies:
+        flags = ",".join(f for f, on in (("built-in", p.locked), ("default", p.default)) if on) or "-"
+        clusters = ",".join(p.clusters[:3]) + (f" +{len(p.clusters) - 3}" if len(p.clusters) > 3 else "") or "-"
+        print(f"{p.document.name:<28}{p.version:>8}  {flags:<16}{clusters:<24}{p.document.description[:60]}")
+    return OK
+
+
+async def _show(args: argparse.Namespace, admin: PolicyClient) -> int:
+    listing = await admin.read([args.name])
+    stored = listing.policies[0]
+    print(f"# version {stored.version}{', built-in (locked)' if stored.locked else ''}; id {stored.id}")
+    print(dump_set(PolicySet(policies=[stored.document], clusters=listing.clusters)), end="")
+    return OK
+
+
+async def _export(args: argparse.Namespace, admin: PolicyClient) -> int:
+    listing = await admin.read(args.names or None)
+    chosen = [p for p in listing.policies if args.names or args.all or not p.locked]
+    names = {p.document.name for p in chosen}
+    text = dump_set(
+        PolicySet(policies=[p.document for p in chosen], clusters=[a for a in listing.clusters if a.policy in names])
+    )
+    if args.output in (None, "-"):
+        print(text, end="")
+    else:
+        await asyncio.to_thread(Path(args.output).write_text, text, encoding="utf-8")
+        _say(f"wrote {len(chosen)} policies to {args.output}")
+    return OK
+
+
+async def _apply(args: argparse.Namespace, admin: PolicyClient) -> int:
+    desired = read_set(args.file)
+    print(render_report(await admin.apply(desired, dry_run=args.dry_run)))
+    return OK
+
+
+async def _clone(args: argparse.Namespace, admin: PolicyClient) -> int:
+    stored = await admin.clone(args.source, args.name, description=args.description)
+    print(f"policy {stored.document.name}: created from {args.source} (version {stored.version})")
+    return OK
+
+
+async def _delete(args: argparse.Namespace, admin: PolicyClient) -> int:
+    print(render_report(await admin.delete(args.name)))
+    return OK
+
+
+def _properties(pairs: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InvalidRequest(f"--set {pair!r}: expected NAME=VALUE")
+        out[key] = value
+    return out
+
+
+async def _attach(args: argparse.Namespace, admin: PolicyClient) -> int:
+    attachment = ClusterAttachment(
+        cluster_id=args.cluster,
+        policy=args.policy,
+        properties=_properties(args.set),
+        ha_reservation=args.ha_reservation,
+    )
+    print(render_report(await admin.apply(PolicySet(clusters=[attachment]), dry_run=args.dry_run)))
+    return OK
+
+
+async def _detach(args: argparse.Namespace, admin: PolicyClient) -> int:
+    print(render_report(await admin.detach(args.cluster)))
+    return OK
+
+
+async def _history(args: argparse.Namespace, admin: PolicyClient) -> int:
+    history = await admin.history(args.name)
+    older = None
+    for v in reversed(history.versions):
+        print(f"version {v.version}  {v.stored_at:%Y-%m-%d %H:%M:%S %Z}")
+        for line in diff(older, v.document):
+            print(f"    {line}")
+        older = v.document
+    return OK
+
+
+async def _rollback(args: argparse.Namespace, admin: PolicyClient) -> int:
+    print(render_report(await admin.rollback(args.name, args.to)))
+    return OK
+
+
+async def _import_nova(args: argparse.Namespace, admin: PolicyClient) -> int:
+    doc = from_nova_conf(args.file, args.name)
+    if not args.apply:
+        print(dump_set(PolicySet(policies=[doc])), end="")
+        return OK
+    print(render_report(await admin.apply(PolicySet(policies=[doc]), dry_run=args.dry_run)))
+    return OK
+
+
+def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
+    """Run a policy command; the service's refusals and bad input end in one clear message."""
+
+    async def go() -> int:
+        async with PolicyClient(settings) as admin:
+            return await command(args, admin)
+
+    try:
+        return asyncio.run(go())
+    except InvalidRequest as exc:
+        _say(f"vmsched policy: {exc}")
+        return BAD_INPUT
+    except RemoteError as exc:
+        _say(f"vmsched policy: {exc.remote_code}: {exc}")
+        return REFUSED
+    except VmschedError as exc:
+        _say(f"vmsched policy: {exc.code}: {exc}")
+        return REFUSED
+
+
+#: The commands by name, for vmsched_services.tools.policy_cli.
+COMMANDS: dict[str, Command] = {
+    "list": _list,
+    "show": _show,
+    "export": _export,
+    "apply": _apply,
+    "clone": _clone,
+    "delete": _delete,
+    "attach": _attach,
+    "detach": _detach,
+    "history": _history,
+    "rollback": _rollback,
+    "import-nova": _import_nova,
+}
+
+__all__ = ["COMMANDS", "dump_set", "from_nova_conf", "read_set", "render_report", "run"]
