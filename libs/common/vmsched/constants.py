@@ -11,6 +11,10 @@ from typing import Final
 
 SCHEMA_VERSION: Final = 1
 
+#: The Python entry point group other packages add policy units through (each entry point loads to
+#: a PolicyUnit or a sequence of them; vmsched.scheduling.units.plugins loads them).
+UNIT_ENTRY_POINT_GROUP: Final = "vmsched.units"
+
 # ---------------------------------------------------------------- RabbitMQ: exchanges
 #: Direct exchange for request/reply calls (competing consumers share one queue per service).
 RPC_EXCHANGE: Final = "vmsched.rpc"
