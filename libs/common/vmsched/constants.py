@@ -134,6 +134,8 @@ KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{cluster} -> owner id, PX = 
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{cluster}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts where a start/migration failed
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{cluster} -> json list of failing hosts
+KEY_UNITS: Final = "units"  # {prefix}:units:{service}:{instance} -> json: the instance's units, PX = catalogue TTL
+KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index -> zset of KEY_UNITS keys by expiry (ms)
 
 #: Lease roles (the {role} of KEY_LEASE): each cluster is worked by one process per role.
 LEASE_BALANCER: Final = "balancer"
