@@ -1,6 +1,6 @@
 # One image for every vmsched service; deploy/compose.yml picks the service with
 # `command: ["run", "<service>"]` (or `["db", "migrate"]` for the one-shot migration).
-# Health checks are set per service in compose: each service serves Prometheus metrics on
+# Health checks are set per service in compose: each service serves /readyz (and /metrics) on
 # VMSCHED_METRICS_PORT, which the check fetches with the stdlib (no curl in the slim image).
 FROM python:3.11-slim
 

@@ -8,8 +8,9 @@ import signal
 from collections.abc import Callable, Sequence
 
 from vmsched.bus import Bus
+from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
-from vmsched.metrics import serve as serve_metrics
+from vmsched.metrics import set_cluster_label_limit
 from vmsched.runtime import Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
@@ -39,11 +40,14 @@ async def run(
         raise SystemExit(f"unknown service(s) {unknown}; known: {', '.join(SERVICES)}")
     label = names[0] if len(names) == 1 else "all"
     configure(settings.log_level, settings.log_format, service=label)
-    serve_metrics(settings.metrics_port)
+    set_cluster_label_limit(settings.metrics_cluster_labels)
+    health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s)
     # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
     units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
+    if health is not None:
+        health.starting(loop)
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
@@ -54,9 +58,13 @@ async def run(
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first
             await SERVICES[name](rt)
             log.info("service started", name=name)
+        if health is not None:
+            health.ready(rt.readiness_checks())
         if ready is not None:
             ready.set()
         await stop.wait()
         log.info("stopping", services=list(names))
     finally:
+        if health is not None:
+            health.stopping()
         await rt.close()

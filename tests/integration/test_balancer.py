@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.factories import host_report, vm_report
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
@@ -70,6 +71,8 @@ async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(
     balancing: Settings, buses: Buses, unique: str
 ) -> None:
     cluster = f"bal-{unique}"
+    passes = REGISTRY.get_sample_value("vmsched_balance_passes_total") or 0.0
+    migrations = REGISTRY.get_sample_value("vmsched_balance_migrations_total") or 0.0
     async with buses.client(balancing) as client:
         got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
         await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
@@ -93,6 +96,9 @@ async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(
             assert moved < 10, "the balancer does not stop"
         # 13 VMs on a: 13-2 >= 5 and 13 > 10 -> move; 12 -> move; 11 -> move; 10 is not above HighVmCount
         assert moved == 3
+        # The balancer runs in this process: its counters are this registry's.
+        assert (REGISTRY.get_sample_value("vmsched_balance_migrations_total") or 0.0) == migrations + 3
+        assert (REGISTRY.get_sample_value("vmsched_balance_passes_total") or 0.0) >= passes + 4
         state = await client.state(cluster)
         counts = {h.report.host_id: h.vm_count for h in state.hosts}
         assert counts["a"] == 10

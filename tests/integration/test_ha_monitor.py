@@ -8,6 +8,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from tests.factories import host_report, vm_report
 from tests.integration.conftest import services
@@ -55,8 +56,15 @@ async def check(client: SchedulerClient, cluster: str) -> HaReport:
     return await client.bus.call(c.RPC_HA_CHECK, HaCheckRequest(cluster_id=cluster), HaReport)
 
 
+def _count(name: str, **labels: str) -> float:
+    """A counter of this process (the services run in it), 0 before its first increment."""
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
 async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, stack: Settings, unique: str) -> None:
     cluster = f"ha-{unique}"
+    alerts, recoveries = _count("vmsched_ha_alerts_total"), _count("vmsched_ha_recoveries_total")
+    failing = _count("vmsched_ha_checks_total", result="failing")
     await set_ha(client, stack, cluster, True)
     events: asyncio.Queue[Any] = asyncio.Queue()
     sub = await client.bus.subscribe(
@@ -96,6 +104,9 @@ async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, st
         assert report.enabled
         assert report.ok
         assert report.failing_hosts == []
+        assert _count("vmsched_ha_alerts_total") >= alerts + 1
+        assert _count("vmsched_ha_recoveries_total") == recoveries + 1
+        assert _count("vmsched_ha_checks_total", result="failing") > failing
     finally:
         await sub.cancel()
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import pytest
+import structlog.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from vmsched.bus import codec
 from vmsched.bus.codec import (
     ERROR_MESSAGE_MAX,
     decode,
@@ -29,6 +33,7 @@ from vmsched.contracts import (
     HostReport,
     HostStatus,
     Message,
+    ScheduleRequest,
     StateRequest,
     UnitCall,
     VmReport,
@@ -182,6 +187,75 @@ def test_message_at_the_limit_is_accepted() -> None:
     assert decode(body, StateRequest, max_bytes=len(body)) == StateRequest(cluster_id="c1")
     with pytest.raises(InvalidRequest):
         decode(body, StateRequest, max_bytes=len(body) - 1)
+
+
+# ---------------------------------------------------------------------------------------- unknown fields
+def _with_fields(message: Message, **extra: object) -> bytes:
+    return json.dumps({**json.loads(encode(message)), **extra}).encode()
+
+
+def _unknown_field_warnings(logs: Sequence[Mapping[str, Any]]) -> list[tuple[object, object]]:
+    return [(e["message_type"], e["field"]) for e in logs if str(e["event"]).startswith("unknown field ignored")]
+
+
+@pytest.mark.parametrize("event", [HOST, VM, ClusterReport(cluster_id="c1")], ids=type_name)
+def test_an_engine_event_with_unknown_fields_decodes_without_them(event: Message) -> None:
+    """A newer engine's report is applied, not dead-lettered: the fields this version lacks are dropped."""
+    field = f"gpu_{uuid.uuid4().hex[:8]}"
+    body = _with_fields(event, **{field: {"count": 2, "model": ["a100"]}, "schema_version": 1})
+    decoded = decode(body, type(event))
+    assert decoded == event
+    assert decoded.__pydantic_extra__ == {}
+    assert field not in json.loads(encode(decoded))  # nothing unknown is stored or forwarded
+
+
+def test_each_unknown_field_is_logged_once_per_message_type_and_field() -> None:
+    first, second = f"a_{uuid.uuid4().hex[:8]}", f"b_{uuid.uuid4().hex[:8]}"
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            decode(_with_fields(HOST, **{first: 1, second: "x"}), HostReport)
+            decode(_with_fields(VM, **{first: 1}), VmReport)
+    assert sorted(_unknown_field_warnings(logs)) == sorted(
+        [("HostReport", first), ("HostReport", second), ("VmReport", first)]
+    )
+    assert all(e["log_level"] == "warning" for e in logs)
+
+
+def test_unknown_field_logging_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publisher inventing a field name per message cannot grow the logged set (or the log) without end."""
+    monkeypatch.setattr(codec, "_UNKNOWN_LOGGED", set())
+    monkeypatch.setattr(codec, "UNKNOWN_LOGGED_MAX", 3)
+    with structlog.testing.capture_logs() as logs:
+        for i in range(20):
+            assert decode(_with_fields(HOST, **{f"f{i}" + "x" * 500: i}), HostReport) == HOST
+    assert len(_unknown_field_warnings(logs)) == 3
+    assert all(len(str(field)) <= codec.UNKNOWN_NAME_MAX for _, field in _unknown_field_warnings(logs))
+    assert [e["event"] for e in logs].count("too many different unknown fields: no more are logged") == 1
+    assert len(codec._UNKNOWN_LOGGED) == 4
+
+
+@pytest.mark.parametrize(
+    ("body", "location"),
+    [
+        (lambda: {**filter_request(), "colour": "red"}, "colour"),
+        (lambda: filter_request(colour="red"), "vm.colour"),
+    ],
+    ids=["top-level", "nested"],
+)
+def test_rpc_requests_still_refuse_unknown_fields(body: Callable[[], dict[str, object]], location: str) -> None:
+    with structlog.testing.capture_logs() as logs, pytest.raises(InvalidRequest) as info:
+        decode(json.dumps(body()).encode(), FilterRequest)
+    assert info.value.location == location
+    assert "Extra inputs are not permitted" in info.value.message
+    assert _unknown_field_warnings(logs) == []
+
+
+def test_a_schedule_request_refuses_unknown_fields() -> None:
+    request = {"request_id": str(uuid.uuid4()), "cluster_id": "c1", "vm": {"vm_id": "v", "mem_mb": 1, "vcpus": 1}}
+    assert decode(json.dumps(request).encode(), ScheduleRequest).cluster_id == "c1"
+    with pytest.raises(InvalidRequest) as info:
+        decode(json.dumps({**request, "priorty": 5}).encode(), ScheduleRequest)
+    assert info.value.location == "priorty"
 
 
 # ---------------------------------------------------------------------------------------- decode_any

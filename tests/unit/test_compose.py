@@ -137,7 +137,7 @@ def test_service_environment_points_at_compose_services(services: dict[str, dict
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
-def test_service_healthcheck_fetches_metrics(services: dict[str, dict[str, Any]], name: str) -> None:
+def test_service_healthcheck_fetches_readiness(services: dict[str, dict[str, Any]], name: str) -> None:
     svc = services[name]
     assert "healthcheck" in svc, name
     argv = _healthcheck_argv(svc)
@@ -145,7 +145,8 @@ def test_service_healthcheck_fetches_metrics(services: dict[str, dict[str, Any]]
     command = " ".join(argv[1:])
     assert "urllib" in command
     port = _environment(svc)["VMSCHED_METRICS_PORT"]
-    assert f"http://127.0.0.1:{port}/metrics" in command
+    # urlopen raises on /readyz's 503: the container is healthy once its bus, Redis (and PostgreSQL) answer.
+    assert f"http://127.0.0.1:{port}/readyz" in command
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)

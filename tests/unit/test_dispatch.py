@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 import structlog
 import structlog.testing
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +31,20 @@ from vmsched.bus.dispatch import (
     Dispatcher,
     Transport,
 )
-from vmsched.contracts import ErrorReply, FilterReply, FilterRequest, Message, StateRequest, UnitCall, VmSpec
+from vmsched.contracts import (
+    ClusterReport,
+    ErrorReply,
+    FilterReply,
+    FilterRequest,
+    HostReport,
+    HostStatus,
+    Message,
+    PolicyChanged,
+    StateRequest,
+    UnitCall,
+    VmReport,
+    VmSpec,
+)
 from vmsched.errors import InvalidProperty, InvalidRequest, SchedulingError, UnknownCluster, VmschedError
 from vmsched.scheduling.units.base import validate_properties
 from vmsched.scheduling.units.registry import get_unit
@@ -416,3 +430,124 @@ def test_error_reply_helper_cuts_and_never_raises() -> None:
     assert 490 <= len(reply.location) <= 500
     assert reply.location.endswith("more characters cut]")
     assert error_reply("invalid_request", InvalidRequest("short")).message == "short"
+
+
+# ---------------------------------------------------------------------------------------- routing key vs body
+STATE_QUEUE = "vmsched.state-tracker.events"
+REPORTS: dict[str, type[Message]] = {"ClusterReport": ClusterReport, "HostReport": HostReport, "VmReport": VmReport}
+
+
+def host_report(cluster_id: str) -> HostReport:
+    return HostReport(
+        cluster_id=cluster_id, host_id="h1", status=HostStatus.UP, cpu_cores=4, physical_mem_mb=1, mem_free_mb=1
+    )
+
+
+def deliver_report(
+    report: Message, routing_key: str, handler: Callable[[Any], Awaitable[None]], **kw: Any
+) -> tuple[str, RecordingTransport]:
+    t = RecordingTransport()
+    delivery = Delivery(
+        queue=STATE_QUEUE, body=encode(report), routing_key=routing_key, type=type(report).__name__, **kw
+    )
+    outcome = run(Dispatcher(SETTINGS, "state-tracker").event(delivery, t, REPORTS, handler))
+    return outcome, t
+
+
+def test_an_event_whose_routing_key_names_another_cluster_is_dead_lettered_with_both() -> None:
+    handled: list[Message] = []
+
+    async def handler(event: Message) -> None:
+        handled.append(event)
+
+    outcome, t = deliver_report(host_report("c-body"), c.host_report_key("c-key"), handler)
+    assert outcome == "invalid_request"
+    assert handled == []
+    assert t.calls == ["dead_letter:ok", "ack:ok"]
+    reason = t.dead[0][1][c.HEADER_DLX_REASON]
+    assert "'c-key'" in reason
+    assert "'c-body'" in reason
+    assert "'state.host.c-body'" in reason  # the key to publish it with
+    assert t.dead[0][1][c.HEADER_DLX_ROUTING_KEY] == "state.host.c-key"
+
+
+def test_an_event_on_another_kind_of_key_is_dead_lettered() -> None:
+    async def handler(event: Message) -> None:
+        raise AssertionError("not for the handler")
+
+    outcome, t = deliver_report(host_report("c1"), c.vm_report_key("c1"), handler)
+    assert outcome == "invalid_request"
+    reason = t.dead[0][1][c.HEADER_DLX_REASON]
+    assert "'state.vm.c1' is not a HostReport's" in reason
+    assert "'state.host.c1'" in reason
+
+
+@pytest.mark.parametrize("cluster", ["c1", "a.b", "x:y@z"])
+def test_an_event_whose_routing_key_and_body_agree_is_handled(cluster: str) -> None:
+    """Cluster ids may hold dots: the key is compared whole, not by its last word."""
+    handled: list[Message] = []
+
+    async def handler(event: Message) -> None:
+        handled.append(event)
+
+    for report, key in [
+        (host_report(cluster), c.host_report_key(cluster)),
+        (ClusterReport(cluster_id=cluster), c.cluster_report_key(cluster)),
+    ]:
+        outcome, t = deliver_report(report, key, handler)
+        assert outcome == "ok"
+        assert t.calls == ["ack:ok"]
+    assert [e.cluster_id for e in handled] == [cluster, cluster]  # type: ignore[attr-defined]
+
+
+def test_a_dotted_cluster_is_not_mistaken_for_a_shorter_one() -> None:
+    async def handler(event: Message) -> None:
+        raise AssertionError("not for the handler")
+
+    outcome, t = deliver_report(host_report("b"), c.host_report_key("a.b"), handler)
+    assert outcome == "invalid_request"
+    assert "names cluster 'a.b' but the HostReport body names cluster 'b'" in t.dead[0][1][c.HEADER_DLX_REASON]
+
+
+def test_events_without_a_cluster_key_are_not_checked() -> None:
+    handled: list[Message] = []
+
+    async def handler(event: Message) -> None:
+        handled.append(event)
+
+    t = RecordingTransport()
+    event = PolicyChanged(cluster_id="c1")
+    delivery = Delivery(queue="q", body=encode(event), routing_key=c.POLICY_CHANGED, type="PolicyChanged")
+    assert run(Dispatcher(SETTINGS, "selector").event(delivery, t, {"PolicyChanged": PolicyChanged}, handler)) == "ok"
+    assert handled == [event]
+
+
+def test_a_retried_event_keeps_its_routing_key_through_the_default_exchange() -> None:
+    """RabbitMQ delivers a retry copy with the queue's name as routing key: the first key rides in a header."""
+    calls = 0
+
+    async def flaky(event: Message) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise ConnectionError("Redis is restarting")
+
+    report = host_report("c1")
+    outcome, first = deliver_report(report, c.host_report_key("c1"), flaky)
+    assert outcome == "transient"
+    headers = first.retries[0]
+    assert headers[c.HEADER_DLX_ROUTING_KEY] == c.host_report_key("c1")
+    outcome, again = deliver_report(report, STATE_QUEUE, flaky, headers=headers)  # as the broker delivers it
+    assert outcome == "ok"
+    assert again.calls == ["ack:ok"]
+
+
+def test_a_header_does_not_vouch_for_a_key_the_event_was_not_retried_under() -> None:
+    async def handler(event: Message) -> None:
+        raise AssertionError("not for the handler")
+
+    outcome, t = deliver_report(
+        host_report("c1"), c.host_report_key("c2"), handler, headers={c.HEADER_DLX_ROUTING_KEY: "state.host.c1"}
+    )
+    assert outcome == "invalid_request"
+    assert t.calls == ["dead_letter:ok", "ack:ok"]

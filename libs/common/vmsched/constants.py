@@ -108,6 +108,20 @@ def ha_recovered_key(cluster_id: str) -> str:
     return f"{HA_RECOVERED_PREFIX}.{cluster_id}"
 
 
+#: Events whose routing key is "<prefix>.<the body's cluster_id>", by message type (the AMQP `type`
+#: property): a subscriber refuses one whose routing key says otherwise (vmsched.bus.dispatch).
+CLUSTER_KEYED_EVENTS: Final[dict[str, str]] = {
+    "ClusterReport": CLUSTER_REPORT_PREFIX,
+    "HostReport": HOST_REPORT_PREFIX,
+    "VmReport": VM_REPORT_PREFIX,
+    "ScheduleDecision": DECISION_PREFIX,
+    "MigrationDecision": MIGRATION_PREFIX,
+    "PowerAction": POWER_PREFIX,
+    "HaAlert": HA_ALERT_PREFIX,
+    "HaRecovered": HA_RECOVERED_PREFIX,
+}
+
+
 # ---------------------------------------------------------------- AMQP headers
 #: Set on an RPC reply that carries an ErrorReply instead of the normal reply model.
 HEADER_ERROR: Final = "x-vmsched-error"

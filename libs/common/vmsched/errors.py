@@ -217,6 +217,7 @@ __all__ = [
     "DatabaseUnavailable",
     "FencedOut",
     "InjectionError",
+    "InvalidPolicy",
     "InvalidProperty",
     "InvalidQuery",
     "InvalidRequest",

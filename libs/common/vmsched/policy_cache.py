@@ -27,6 +27,7 @@ class PolicyCache:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        rt.uses_postgres = True
         self._ttl_s = rt.settings.policy_cache_ttl_s
         self._policies: dict[str, tuple[Policy, float]] = {}
 

@@ -16,9 +16,11 @@ import redis.asyncio as aioredis
 
 from vmsched.bus import Bus, connect
 from vmsched.db import connect as connect_pg
+from vmsched.health import Check
 from vmsched.settings import Settings
 from vmsched.store import StateCache
 from vmsched.store.redis import connect as connect_redis
+from vmsched.store.redis import ping as ping_redis
 
 if TYPE_CHECKING:
     import asyncpg
@@ -52,7 +54,11 @@ class Runtime:
     bus: Bus
     redis: aioredis.Redis
     state: StateCache
+    #: Set by what reads PostgreSQL (vmsched.policy_cache), which opens the pool only on first use:
+    #: readiness checks PostgreSQL from the start in a process that will need it, and only there.
+    uses_postgres: bool = False
     _pg: asyncpg.Pool | None = None
+    _pg_opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
@@ -63,10 +69,32 @@ class Runtime:
         return cls(settings=settings, bus=bus, redis=redis, state=StateCache(redis, settings))
 
     async def postgres(self) -> asyncpg.Pool:
-        """The PostgreSQL pool, opened on first use (only the selector needs it)."""
+        """The PostgreSQL pool, opened on first use (the services with a policy cache need it)."""
         if self._pg is None:
-            self._pg = await connect_pg(self.settings.postgres_url)
+            # A first request and a readiness probe may both open it: one pool, not two.
+            async with self._pg_opening:
+                if self._pg is None:
+                    self._pg = await connect_pg(self.settings.postgres_url)
         return self._pg
+
+    def readiness_checks(self) -> dict[str, Check]:
+        """What /readyz checks (vmsched.health): the bus, Redis, and PostgreSQL if this process uses it."""
+        checks: dict[str, Check] = {"bus": self._check_bus, "redis": self._check_redis}
+        if self.uses_postgres:
+            checks["postgres"] = self._check_postgres
+        return checks
+
+    async def _check_bus(self) -> None:
+        if not self.bus.is_open():
+            raise ConnectionError("the bus is not connected to the broker")
+
+    async def _check_redis(self) -> None:
+        await ping_redis(self.redis)
+
+    async def _check_postgres(self) -> None:
+        pool = await self.postgres()
+        if await pool.fetchval("SELECT 1") != 1:
+            raise ConnectionError("PostgreSQL did not answer SELECT 1 with 1")
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run a service's background loop (a periodic balancer or HA check); close() cancels it."""

@@ -81,6 +81,14 @@ class Settings(BaseSettings):
     unit_catalogue_ttl_s: float = Field(30.0, gt=0)
     #: Port for the Prometheus metrics endpoint; 0 disables it.
     metrics_port: int = Field(0, ge=0, le=65535)
+    #: Clusters that get a `cluster` label of their own on metrics (the first seen by the process);
+    #: later ones are counted together under cluster="_other", so series stay bounded.
+    metrics_cluster_labels: int = Field(1000, ge=0, le=1_000_000)
+    #: How often the state tracker refreshes the gauges it reads from Redis and the broker
+    #: (pending records, queue depths); only when metrics_port is set.
+    metrics_refresh_s: float = Field(15.0, gt=0)
+    #: Bound on each /readyz check (bus, Redis, PostgreSQL) and on the event loop's answer to /healthz.
+    health_timeout_s: float = Field(1.0, gt=0, le=30)
     log_level: str = "INFO"
     #: "json" for structlog JSON lines, "console" for a human.
     log_format: str = "json"

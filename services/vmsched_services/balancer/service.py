@@ -33,6 +33,7 @@ from vmsched.contracts import (
 )
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
+from vmsched.metrics import BALANCE_MIGRATIONS, BALANCE_PASSES, BALANCE_POWER_ACTIONS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.hosts import HostTable
@@ -57,6 +58,7 @@ class Balancer:
 
     async def balance(self, cluster: str) -> list[MigrationDecision]:
         """One balancing cycle of one cluster; the migrations it published."""
+        BALANCE_PASSES.inc()
         policy = await self.policies.for_cluster(cluster)
         if policy.balance is None:
             return []
@@ -97,6 +99,7 @@ class Balancer:
                     decided_at=datetime.now(UTC),
                 ),
             )
+            BALANCE_POWER_ACTIONS.labels(change.action).inc()
 
     async def _migrate(
         self, cluster: str, unit: str, policy: str, pick: Migration, movable: list[VmReport]
@@ -129,6 +132,7 @@ class Balancer:
         )
         await self.cooldowns.start(cluster, vm.vm_id, migration.decision_id.hex)
         await self.rt.bus.publish(c.migration_key(cluster), migration)
+        BALANCE_MIGRATIONS.inc()
         log.info(
             "migration decided",
             cluster=cluster,

@@ -27,6 +27,7 @@ from vmsched.contracts import HaAlert, HaCheckRequest, HaRecovered, HaReport
 from vmsched.db.repository import HA_RESERVATION_PROPERTY
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
+from vmsched.metrics import HA_ALERTS, HA_CHECKS, HA_RECOVERIES
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.ha import alert_message, check, recovery_message
@@ -57,11 +58,13 @@ class HaMonitor:
         """Run the check now (no events); `enabled=False` without checking if HA reservation is off."""
         now = datetime.now(UTC)
         if not await self.enabled(cluster_id):
+            HA_CHECKS.labels("disabled").inc()
             return HaReport(cluster_id=cluster_id, enabled=False, ok=True, checked_at=now)
         pending = await self.pending.read(cluster_id)
         state = await self.rt.state.snapshot(cluster_id)
         started = time.perf_counter()
         result = check(state.hosts, state.vms, pending, count_threads_as_cores=state.settings.count_threads_as_cores)
+        HA_CHECKS.labels("ok" if result.ok else "failing").inc()
         return HaReport(
             cluster_id=cluster_id,
             enabled=True,
@@ -95,6 +98,7 @@ class HaMonitor:
                     checked_at=report.checked_at,
                 ),
             )
+            HA_ALERTS.inc()
             log.warning("HA reservation check failed", cluster=cluster_id, failing=current)
         elif not current and previous:
             await self.rt.bus.publish(
@@ -106,6 +110,7 @@ class HaMonitor:
                     checked_at=report.checked_at,
                 ),
             )
+            HA_RECOVERIES.inc()
             log.info("HA reservation check passes again", cluster=cluster_id)
         if current != previous:
             await self.status.set_failing(cluster_id, current)

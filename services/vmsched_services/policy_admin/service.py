@@ -76,6 +76,7 @@ def _refuse(found: Sequence[str]) -> InvalidPolicy:
 class PolicyAdmin:
     def __init__(self, rt: Runtime, registry: Mapping[str, PolicyUnit] = REGISTRY) -> None:
         self.rt = rt
+        rt.uses_postgres = True  # /readyz checks PostgreSQL in this process
         self.registry = registry
 
     async def _repo(self) -> PolicyRepository:

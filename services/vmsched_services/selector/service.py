@@ -59,7 +59,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import InvalidRequest, LockTimeout, RemoteError, UnknownCluster, VmschedError
 from vmsched.logging import get_logger
-from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS
+from vmsched.metrics import DECISION_SECONDS, DECISIONS, LOCK_WAIT_SECONDS, cluster_label
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.cost import vm_cost
@@ -297,8 +297,9 @@ class Selector:
         _lap("publish", published)
 
     def _done(self, decision: ScheduleDecision, started: float) -> None:
-        DECISIONS.labels(decision.status.value).inc()
-        DECISION_SECONDS.observe(time.perf_counter() - started)
+        cluster = cluster_label(decision.cluster_id)
+        DECISIONS.labels(cluster, decision.status.value).inc()
+        DECISION_SECONDS.labels(cluster).observe(time.perf_counter() - started)
         log.info(
             "decision",
             status=decision.status.value,

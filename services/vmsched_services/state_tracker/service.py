@@ -26,6 +26,7 @@ from vmsched.metrics import STATE_REPORTS
 from vmsched.runtime import Runtime
 from vmsched.store import PendingStore, StateWriter
 from vmsched.store.memories import FailedHosts
+from vmsched_services.state_tracker.gauges import HostGauges, Refresher
 
 log = get_logger("vmsched.state_tracker")
 
@@ -39,12 +40,14 @@ class StateTracker:
         self.writer = StateWriter(rt.redis, rt.settings)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
+        self.host_gauges = HostGauges(self.writer)
         # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
         # reports are applied in the order the engine published them.
         self._order = asyncio.Lock()
 
     async def load(self) -> None:
         await self.writer.load()
+        self.host_gauges.export_all()
 
     async def on_report(self, report: Message) -> None:
         async with self._order:
@@ -54,6 +57,7 @@ class StateTracker:
         if isinstance(report, HostReport):
             await self.writer.apply_host(report)
             STATE_REPORTS.labels("host").inc()
+            self.host_gauges.export(report.cluster_id)
         elif isinstance(report, VmReport):
             await self.writer.apply_vm(report)
             STATE_REPORTS.labels("vm").inc()
@@ -89,3 +93,5 @@ async def start(rt: Runtime) -> None:
         queue=c.STATE_EVENTS_QUEUE,
     )
     await rt.bus.serve(c.RPC_STATE, StateRequest, tracker.handle_state)
+    if rt.settings.metrics_port:
+        rt.spawn(Refresher(rt, tracker.writer).run(), name="gauges")

@@ -31,17 +31,13 @@ import yaml
 from pydantic import ValidationError
 
 from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, PolicyDocument, PolicySet
-from vmsched.errors import RemoteError, VmschedError
+from vmsched.errors import InvalidRequest, RemoteError, VmschedError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.settings import Settings
 
 #: Exit codes: done, refused (the service said why), the file or arguments are wrong.
 OK, REFUSED, BAD_INPUT = 0, 1, 2
-
-
-class InputError(Exception):
-    """A file or argument the command cannot use; the message says what and where."""
 
 
 def _say(text: str) -> None:
@@ -63,22 +59,22 @@ def _where(loc: tuple[int | str, ...]) -> str:
 
 
 def read_set(path: str) -> PolicySet:
-    """A PolicySet from a YAML or JSON file ("-": standard input); InputError says what is wrong."""
+    """A PolicySet from a YAML or JSON file ("-": standard input); InvalidRequest says what is wrong."""
     try:
         text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
-        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        raise InvalidRequest(f"{path}: cannot read it ({exc.strerror or exc})") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
+        raise InvalidRequest(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
-        raise InputError(f"{path}: expected a mapping with 'policies' and/or 'clusters'")
+        raise InvalidRequest(f"{path}: expected a mapping with 'policies' and/or 'clusters'")
     try:
         return PolicySet.model_validate(_expand(raw))
     except ValidationError as exc:
         lines = [f"  {_where(e['loc'])}: {e['msg']}" for e in exc.errors()[:20]]
-        raise InputError(f"{path}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
+        raise InvalidRequest(f"{path}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
 
 
 def dump_set(policies: PolicySet) -> str:
@@ -125,10 +121,10 @@ def from_nova_conf(path: str, name: str) -> PolicyDocument:
         with open(path, encoding="utf-8") as fh:
             parser.read_file(fh)
     except (OSError, configparser.Error) as exc:
-        raise InputError(f"{path}: cannot read it as nova.conf ({exc})") from None
+        raise InvalidRequest(f"{path}: cannot read it as nova.conf ({exc})") from None
     section = "filter_scheduler"
     if not parser.has_section(section):
-        raise InputError(f"{path}: no [filter_scheduler] section")
+        raise InvalidRequest(f"{path}: no [filter_scheduler] section")
     raw_filters = parser.get(section, "enabled_filters", fallback="")
     filters = [{"unit": f.strip()} for f in raw_filters.replace("\n", ",").split(",") if f.strip()]
     weights = []
@@ -144,9 +140,9 @@ def from_nova_conf(path: str, name: str) -> PolicyDocument:
         try:
             multiplier = float(text)
         except ValueError:
-            raise InputError(f"{path}: [{section}] {option} = {text!r} is not a number") from None
+            raise InvalidRequest(f"{path}: [{section}] {option} = {text!r} is not a number") from None
         if multiplier != int(multiplier):
-            raise InputError(
+            raise InvalidRequest(
                 f"{path}: [{section}] {option} = {text}: vmsched factors are whole numbers; "
                 "scale every multiplier by the same power of ten"
             )
@@ -157,7 +153,7 @@ def from_nova_conf(path: str, name: str) -> PolicyDocument:
             {"name": name, "description": f"imported from {Path(path).name}", "filters": filters, "weights": weights}
         )
     except ValidationError as exc:
-        raise InputError(f"{path}: {exc.errors()[0]['msg']}") from None
+        raise InvalidRequest(f"{path}: {exc.errors()[0]['msg']}") from None
 
 
 # ------------------------------------------------------------------------------ printing
@@ -232,7 +228,7 @@ def _properties(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise InputError(f"--set {pair!r}: expected NAME=VALUE")
+            raise InvalidRequest(f"--set {pair!r}: expected NAME=VALUE")
         out[key] = value
     return out
 
@@ -287,7 +283,7 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         return asyncio.run(go())
-    except InputError as exc:
+    except InvalidRequest as exc:
         _say(f"vmsched policy: {exc}")
         return BAD_INPUT
     except RemoteError as exc:

@@ -549,6 +549,38 @@ class AmqpBus(Bus):
         return sub
 
     # ------------------------------------------------------------------ operations
+    def is_open(self) -> bool:
+        conn = self._conn
+        return conn is not None and not conn.is_closed and conn.connected.is_set()
+
+    async def queue_depths(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """Passive declares on a plain aiormq channel: one refused for a missing queue closes it
+        (NOT_FOUND), and a plain channel is simply replaced, where a robust one would be restored."""
+        await self._ready(self.settings.rpc_timeout_s)
+        out: dict[str, int | None] = {}
+        try:
+            async with asyncio.timeout(self.settings.rpc_timeout_s):
+                transport = self.connection.transport
+                if transport is None:
+                    raise ConnectionError("no connection to RabbitMQ")
+                amqp = transport.connection
+                ch = await amqp.channel()
+                try:
+                    for queue in queues:
+                        try:
+                            declared = await ch.queue_declare(self.name(queue), passive=True)
+                        except aiormq.exceptions.ChannelNotFoundEntity:
+                            out[queue] = None
+                            ch = await amqp.channel()
+                            continue
+                        out[queue] = int(declared.message_count or 0) if declared is not None else None
+                finally:
+                    with contextlib.suppress(Exception):
+                        await ch.close()
+        except (*BROKER_ERRORS, TimeoutError) as exc:
+            raise self._unavailable(exc) from None
+        return out
+
     async def dead_letters(self, limit: int = 100) -> list[tuple[str, str, bytes]]:
         """Read (without removing) up to `limit` dead letters: (queue, reason, body). For tools and tests."""
         await self._declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue

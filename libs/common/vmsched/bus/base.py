@@ -15,8 +15,8 @@ they give the same guarantees to handlers:
 * A handler failing transiently (ConnectionError, OSError, TimeoutError: Redis away) gets its
   message again a bounded number of times, then it is dead-lettered.
 * Every delivered message ends acked or rejected (into the dead-letter exchange), never stuck.
-* While RabbitMQ cannot be reached, `call`, `publish`, `serve` and `subscribe` raise
-  BusUnavailable (vmsched.errors) and the bus reconnects by itself.
+* While RabbitMQ cannot be reached, `call`, `publish`, `serve`, `subscribe` and `queue_depths`
+  raise BusUnavailable (vmsched.errors) and the bus reconnects by itself.
 """
 
 from __future__ import annotations
@@ -100,4 +100,15 @@ class Bus(ABC):
 
         `queue` names a durable queue shared by competing consumers (it survives restarts); None
         gives this process its own exclusive queue that lives as long as the subscription.
+        """
+
+    @abstractmethod
+    def is_open(self) -> bool:
+        """Connected now (started, not closed, not waiting for a lost connection to come back)."""
+
+    @abstractmethod
+    async def queue_depths(self, queues: Sequence[str]) -> dict[str, int | None]:
+        """Messages waiting in each named queue (names as in vmsched.constants: the bus adds its
+        prefix), None for a queue that does not exist. Only messages not yet delivered count: those a
+        consumer holds unacknowledged do not. Looks, never declares or consumes.
         """

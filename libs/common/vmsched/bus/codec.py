@@ -2,6 +2,10 @@
 
 Every AMQP message carries content_type application/json and `type` = the model's class name, so a
 consumer of a topic with several message kinds (state.#) knows which model to validate against.
+
+Events an engine publishes (vmsched.contracts.base.EngineEvent) may carry fields this version does
+not know: `decode` drops them and logs each (message type, field) once per process. Every other
+model refuses them.
 """
 
 from __future__ import annotations
@@ -9,12 +13,13 @@ from __future__ import annotations
 import re
 import reprlib
 from collections.abc import Mapping
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pydantic import ValidationError
 
 from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import InvalidRequest
+from vmsched.logging import get_logger
 
 M = TypeVar("M", bound=Message)
 
@@ -26,6 +31,15 @@ ERROR_LOCATION_MAX = next(
     m.max_length for m in ErrorReply.model_fields["location"].metadata if hasattr(m, "max_length")
 )
 _CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
+
+log = get_logger("vmsched.bus")
+
+#: (message type, field name) pairs already logged as unknown. Bounded: field names come from the
+#: publisher, and one that sends a new name with every message must not grow this without end.
+_UNKNOWN_LOGGED: set[tuple[str, str]] = set()
+UNKNOWN_LOGGED_MAX = 1000
+#: Field names are quoted in logs at most this long.
+UNKNOWN_NAME_MAX = 100
 
 # The offending input is quoted in error texts; reprlib stops after a few items and characters,
 # where repr() would first copy a multi-megabyte input whole only to cut it to 60 characters.
@@ -64,10 +78,44 @@ def decode(body: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
     if max_bytes is not None and len(body) > max_bytes:
         raise InvalidRequest(f"message of {len(body)} bytes exceeds the limit of {max_bytes} bytes")
     try:
-        return model.model_validate_json(body)
+        message = model.model_validate_json(body)
     except ValidationError as exc:
         text, loc = describe_validation_error(exc)
         raise InvalidRequest(f"invalid {model.__name__}: {text}", location=loc) from None
+    # Only EngineEvent models keep unknown fields (extra="allow"); every other model has None here.
+    if message.__pydantic_extra__:
+        return _without_unknown_fields(message)
+    return message
+
+
+def _without_unknown_fields(message: M) -> M:
+    """`message` without the fields its model does not know, each (type, field) logged once per process."""
+    model = type(message)
+    for name in message.__pydantic_extra__ or ():
+        _log_unknown_once(model.__name__, name)
+    # Dropped before anything stores or forwards the event: the fields are unbounded and unchecked.
+    known = {name: getattr(message, name) for name in model.model_fields}
+    # cast: pydantic's mypy plugin types model_construct on a TypeVar's bound, not on the TypeVar.
+    return cast(M, model.model_construct(_fields_set=message.model_fields_set, **known))
+
+
+def _log_unknown_once(type_: str, field: str) -> None:
+    key = (type_, truncate(field, UNKNOWN_NAME_MAX))
+    if key in _UNKNOWN_LOGGED or len(_UNKNOWN_LOGGED) > UNKNOWN_LOGGED_MAX:
+        return
+    _UNKNOWN_LOGGED.add(key)
+    if len(_UNKNOWN_LOGGED) > UNKNOWN_LOGGED_MAX:
+        log.warning(
+            "too many different unknown fields: no more are logged",
+            message_type=type_,
+            logged=UNKNOWN_LOGGED_MAX,
+        )
+        return
+    log.warning(
+        "unknown field ignored (a newer publisher?); logged once per message type and field",
+        message_type=type_,
+        field=key[1],
+    )
 
 
 def decode_any(

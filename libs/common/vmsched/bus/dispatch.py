@@ -66,6 +66,19 @@ class Delivery:
     correlation_id: str | None = None
 
     @property
+    def original_routing_key(self) -> str:
+        """The routing key the message was published with. A retry copy goes back on its queue through
+        the default exchange (so its routing key is the queue's name) and carries the first key in
+        a header."""
+        if self.routing_key == self.queue:
+            original = self.headers.get(c.HEADER_DLX_ROUTING_KEY)
+            if isinstance(original, bytes):
+                original = original.decode("utf-8", "replace")
+            if isinstance(original, str):
+                return original
+        return self.routing_key
+
+    @property
     def attempts(self) -> int:
         """Transient failures already behind this message (0 on its first delivery)."""
         value = self.headers.get(HEADER_ATTEMPTS)
@@ -119,7 +132,7 @@ def dead_letter_copy(
         {
             c.HEADER_DLX_REASON: safe_text(reason, REASON_MAX),
             c.HEADER_DLX_SERVICE: service,
-            c.HEADER_DLX_ROUTING_KEY: delivery.routing_key,
+            c.HEADER_DLX_ROUTING_KEY: delivery.original_routing_key,
         }
     )
     body = delivery.body
@@ -212,6 +225,7 @@ class Dispatcher:
         try:
             try:
                 event = decode_any(delivery.body, delivery.type, models, max_bytes=self.settings.max_message_bytes)
+                check_routing_key(delivery.original_routing_key, event)
                 with structlog.contextvars.bound_contextvars(queue=delivery.queue):
                     await handler(event)
                 verdict = _Verdict("ok")
@@ -244,7 +258,11 @@ class Dispatcher:
                     "transient failure, trying again", queue=delivery.queue, attempt=attempts, error=verdict.transient
                 )
                 await asyncio.sleep(self.settings.transient_retry_delay_s * attempts)
-                headers = {**delivery.headers, HEADER_ATTEMPTS: attempts}
+                headers = {
+                    **delivery.headers,
+                    HEADER_ATTEMPTS: attempts,
+                    c.HEADER_DLX_ROUTING_KEY: delivery.original_routing_key,
+                }
                 if not await self._try(delivery, "retry", transport.retry(headers)):
                     await self._reject(delivery, transport)
                     return
@@ -310,6 +328,30 @@ class Dispatcher:
             self.log.warning(
                 "reject failed; the broker will deliver the message again", queue=delivery.queue, error=_describe(exc)
             )
+
+
+def check_routing_key(routing_key: str, event: Message) -> None:
+    """Refuse (InvalidRequest) an event whose routing key is not "<its kind's prefix>.<its body's
+    cluster_id>" (constants.CLUSTER_KEYED_EVENTS): a report filed under one cluster's key but
+    describing another is a publisher's bug, and applying it would put a host in the wrong cluster."""
+    type_ = type(event).__name__
+    prefix = c.CLUSTER_KEYED_EVENTS.get(type_)
+    cluster = getattr(event, "cluster_id", None)
+    if prefix is None or not isinstance(cluster, str):
+        return
+    expected = f"{prefix}.{cluster}"
+    if routing_key == expected:
+        return
+    if routing_key.startswith(f"{prefix}."):
+        raise InvalidRequest(
+            f"routing key {routing_key!r} names cluster {routing_key[len(prefix) + 1 :]!r} but the {type_} body "
+            f"names cluster {cluster!r}: publish it with routing key {expected!r}",
+            location="cluster_id",
+        )
+    raise InvalidRequest(
+        f"routing key {routing_key!r} is not a {type_}'s: its body names cluster {cluster!r}, so its routing key "
+        f"is {expected!r}"
+    )
 
 
 def _code(exc: VmschedError) -> str:

@@ -291,6 +291,22 @@ class MemoryBus(Bus):
 
         return self._consume(q, handle)
 
+    def is_open(self) -> bool:
+        return not self._closed
+
+    async def queue_depths(self, queues: Sequence[str]) -> dict[str, int | None]:
+        self._check_open()
+        # A route's queue is kept by route here; RabbitMQ knows it by its name in RPC_QUEUES.
+        by_name = {c.RPC_QUEUES.get(route, f"vmsched.{route}"): q for route, q in self.broker.routes.items()}
+        out: dict[str, int | None] = {}
+        for name in queues:
+            if name == c.DEAD_LETTER_QUEUE:
+                out[name] = len(self.broker.dead_letters)
+                continue
+            q = by_name.get(name) or self.broker.queues.get(name)
+            out[name] = q.messages.qsize() if q is not None and not q.deleted else None
+        return out
+
     def _consume(self, queue: _Queue, handle: HandleFn) -> Subscription:
         consumer = _Consumer(self.broker, queue, handle, self.settings.prefetch)
         self._consumers.append(consumer)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Strict, StringConstraints, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints, ValidationInfo
 
 #: Host, cluster, VM and network ids: engine-chosen strings (UUIDs fit), bounded and printable.
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
@@ -145,4 +145,17 @@ class Message(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=False)
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1] = Field(
+        1, description="Version of the message contracts this message follows; only 1 exists (may be left out)."
+    )
+
+
+class EngineEvent(Message):
+    """An event an engine publishes (the state reports). Fields this version does not know are
+    ignored, each logged once per process (vmsched.bus.codec), so an engine newer than the services
+    does not get its state dead-lettered. RPC requests stay strict: a misspelt field there is
+    refused, not silently dropped from a decision."""
+
+    # "allow", not "ignore": the bus decoder learns which fields were unknown, logs them and drops
+    # them before anything stores the event.
+    model_config = ConfigDict(extra="allow")

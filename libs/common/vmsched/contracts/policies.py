@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from vmsched.contracts.base import MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
+from vmsched.contracts.base import MAX_INT, MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
 
 #: A policy's name: what administrators and files refer to it by.
 PolicyName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:@-]*$")]
@@ -37,6 +37,8 @@ class FilterPosition(StrEnum):
 
 
 class FilterEntry(Message):
+    """One filter of a policy's chain."""
+
     unit: UnitRef = Field(description="A filter unit's name (`vmsched units list`).")
     position: FilterPosition = Field(
         FilterPosition.ANY, description="first / last pin the filter; any runs it in list order."
@@ -44,6 +46,8 @@ class FilterEntry(Message):
 
 
 class WeightEntry(Message):
+    """One weight unit of a policy, with its factor."""
+
     unit: UnitRef = Field(description="A weight unit's name (`vmsched units list`).")
     factor: Int = Field(
         1,
@@ -76,18 +80,18 @@ class PolicyDocument(Message):
 class StoredPolicy(Message):
     """A policy as stored: its document and what the store adds."""
 
-    document: PolicyDocument
-    id: str = Field(description="The policy's id (a UUID).")
-    version: Int = Field(ge=1, description="Increases by one with every stored change.")
+    document: PolicyDocument = Field(description="The policy as its administrator wrote it.")
+    id: Id = Field(description="The policy's id (a UUID).")
+    version: Int = Field(ge=1, le=MAX_INT, description="Increases by one with every stored change.")
     locked: Bool = Field(description="A built-in: it cannot be edited or deleted, only cloned.")
     default: Bool = Field(description="The policy clusters without their own choice run.")
-    clusters: list[Id] = Field(default_factory=list, description="Clusters attached to it.")
+    clusters: list[Id] = Field(default_factory=list, max_length=100_000, description="Clusters attached to it.")
 
 
 class ClusterAttachment(Message):
     """Which policy a cluster runs, with the cluster's own property overrides."""
 
-    cluster_id: Id
+    cluster_id: Id = Field(description="The cluster.")
     policy: PolicyName = Field(description="The policy's name.")
     properties: dict[Key, PropertyValue] = Field(
         default_factory=dict,
@@ -100,8 +104,10 @@ class ClusterAttachment(Message):
 class PolicySet(Message):
     """Policies and cluster attachments: what `vmsched policy apply -f` reads and `export` writes."""
 
-    policies: list[PolicyDocument] = Field(default_factory=list, max_length=1000)
-    clusters: list[ClusterAttachment] = Field(default_factory=list, max_length=100_000)
+    policies: list[PolicyDocument] = Field(default_factory=list, max_length=1000, description="The policies.")
+    clusters: list[ClusterAttachment] = Field(
+        default_factory=list, max_length=100_000, description="Which policy each cluster runs."
+    )
 
 
 # ------------------------------------------------------------------------------------ RPCs
@@ -112,8 +118,12 @@ class PolicyQuery(Message):
 
 
 class PolicyListing(Message):
-    policies: list[StoredPolicy] = Field(max_length=1000)
-    clusters: list[ClusterAttachment] = Field(max_length=100_000)
+    """The reply to `policy.read`."""
+
+    policies: list[StoredPolicy] = Field(max_length=1000, description="The stored policies asked for.")
+    clusters: list[ClusterAttachment] = Field(
+        max_length=100_000, description="The attachments of the clusters that run one of them."
+    )
 
 
 class ApplyPolicies(Message):
@@ -121,11 +131,14 @@ class ApplyPolicies(Message):
     new, change what differs, leave the rest). All or nothing: one invalid entry refuses the whole
     set, listing every problem."""
 
-    desired: PolicySet
+    desired: PolicySet = Field(description="The policies and attachments wanted.")
     dry_run: Bool = Field(False, description="Validate and report the changes without storing them.")
 
 
 class ChangeAction(StrEnum):
+    """What a change did: create, update or delete a policy (or leave it unchanged); attach or
+    detach a cluster."""
+
     CREATE = "create"
     UPDATE = "update"
     UNCHANGED = "unchanged"
@@ -139,54 +152,62 @@ class Change(Message):
 
     kind: Name = Field(description="policy or cluster")
     name: Key = Field(description="The policy's name or the cluster's id.")
-    action: ChangeAction
+    action: ChangeAction = Field(description="What was done (or would be, in a dry run).")
     #: "+ filter Memory (first)", "~ weight OptimalForEvenCpuDistribution factor 1 -> 2", ...
     diff: list[Annotated[str, StringConstraints(max_length=MAX_TEXT)]] = Field(
         default_factory=list, max_length=10_000, description="What changed, one line per difference."
     )
-    version: Int | None = Field(None, description="The policy's version after the change.")
+    version: Int | None = Field(None, ge=1, le=MAX_INT, description="The policy's version after the change.")
 
 
 class ApplyReport(Message):
-    dry_run: Bool
-    changes: list[Change] = Field(max_length=200_000)
+    """The reply to `policy.apply`, `policy.delete`, `policy.detach` and `policy.rollback`."""
+
+    dry_run: Bool = Field(description="Nothing was stored: the changes are what would have been made.")
+    changes: list[Change] = Field(max_length=200_000, description="Every policy and attachment the request touched.")
 
 
 class ClonePolicy(Message):
     """RPC `policy.clone`: an editable copy of a policy (built-ins included) under a new name."""
 
-    source: PolicyName
-    name: PolicyName
-    description: Text | None = None
+    source: PolicyName = Field(description="The policy to copy.")
+    name: PolicyName = Field(description="The copy's name (not taken yet).")
+    description: Text | None = Field(None, description="The copy's description; null keeps the source's.")
 
 
 class PolicyRef(Message):
     """RPC `policy.delete` and `policy.history`: one policy by name."""
 
-    name: PolicyName
+    name: PolicyName = Field(description="The policy's name.")
 
 
 class DetachCluster(Message):
     """RPC `policy.detach`: the cluster goes back to the default policy (its overrides dropped)."""
 
-    cluster_id: Id
+    cluster_id: Id = Field(description="The cluster.")
 
 
 class RollbackPolicy(Message):
     """RPC `policy.rollback`: store an earlier version's document again, as a new version."""
 
-    name: PolicyName
-    version: Int | None = Field(None, ge=1, description="The version to go back to; None: the one before the current.")
+    name: PolicyName = Field(description="The policy's name.")
+    version: Int | None = Field(
+        None, ge=1, le=MAX_INT, description="The version to go back to; None: the one before the current."
+    )
 
 
 class PolicyVersion(Message):
-    version: Int = Field(ge=1)
-    stored_at: datetime
-    document: PolicyDocument
+    """One stored version of a policy."""
+
+    version: Int = Field(ge=1, le=MAX_INT, description="The version number (the first is 1).")
+    stored_at: datetime = Field(description="When it was stored: ISO 8601 date-time with a UTC offset.")
+    document: PolicyDocument = Field(description="The policy as it was in this version.")
 
 
 class PolicyHistory(Message):
-    name: PolicyName
+    """The reply to `policy.history`."""
+
+    name: PolicyName = Field(description="The policy's name.")
     versions: list[PolicyVersion] = Field(max_length=100_000, description="Newest first.")
 
 
@@ -195,23 +216,33 @@ class UnitQuery(Message):
 
 
 class UnitProperty(Message):
-    name: Key
-    regex: Annotated[str, StringConstraints(max_length=MAX_TEXT)]
-    default: PropertyValue | None = None
-    description: Text = ""
+    """A property a unit reads from its policy."""
+
+    name: Key = Field(description="The property's name.")
+    regex: Annotated[str, StringConstraints(max_length=MAX_TEXT)] = Field(
+        description="A value must match this regular expression."
+    )
+    default: PropertyValue | None = Field(None, description="The value when the policy sets none; null: none.")
+    description: Text = Field("", description="What the property does, and its unit.")
 
 
 class UnitInfo(Message):
-    name: Name
-    description: Text = ""
-    filter: Bool
-    weight: Bool
-    balance: Bool
-    properties: list[UnitProperty] = Field(default_factory=list, max_length=MAX_PROPERTIES)
+    """A policy unit policies can name."""
+
+    name: Name = Field(description="The unit's name.")
+    description: Text = Field("", description="What the unit does.")
+    filter: Bool = Field(description="It can run as a filter.")
+    weight: Bool = Field(description="It can run as a weight.")
+    balance: Bool = Field(description="It can run as the balance unit.")
+    properties: list[UnitProperty] = Field(
+        default_factory=list, max_length=MAX_PROPERTIES, description="The properties it reads."
+    )
 
 
 class UnitListing(Message):
-    units: list[UnitInfo] = Field(max_length=10_000)
+    """The reply to `units.list`."""
+
+    units: list[UnitInfo] = Field(max_length=10_000, description="Every unit, by name.")
 
 
 __all__ = [

@@ -89,6 +89,17 @@ end
 return {0, tonumber(redis.call('GET', KEYS[2]) or '0')}
 """
 
+#: Clusters per pipeline when counting records: bounds one round trip's reply.
+COUNT_BATCH = 500
+
+
+def _expires_at(blob: bytes) -> float:
+    """A record's expiry; minus infinity for one that cannot be read (it counts as expired)."""
+    try:
+        return PendingEntry.model_validate_json(blob).expires_at
+    except ValidationError:
+        return -math.inf
+
 
 class PendingStore:
     """Pending-resource records per cluster, fenced by the cluster lock's token."""
@@ -208,6 +219,21 @@ class PendingStore:
             return PendingEntry.model_validate_json(raw)
         except ValidationError:
             return None
+
+    async def counts(self, cluster_ids: Sequence[str], now: float | None = None) -> dict[str, int]:
+        """How many unexpired records each cluster holds (for the pending gauge). Read only: expired
+        and unreadable records are not counted, but left for the next snapshot to remove."""
+        now = time.time() if now is None else now
+        out: dict[str, int] = {}
+        for start in range(0, len(cluster_ids), COUNT_BATCH):
+            batch = cluster_ids[start : start + COUNT_BATCH]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for cid in batch:
+                    pipe.hvals(self._keys.pending(cid))
+                replies = await pipe.execute()
+            for cid, blobs in zip(batch, replies, strict=True):
+                out[cid] = sum(1 for blob in blobs if _expires_at(blob) > now)
+        return out
 
     async def version(self, cluster_id: str) -> int:
         """Changes whenever the cluster's records change (0 before the first change)."""

@@ -20,6 +20,12 @@ def text(raw: bytes | str) -> str:
     return raw.decode() if isinstance(raw, bytes) else raw
 
 
+async def ping(client: aioredis.Redis) -> None:
+    """Raise unless Redis answers PING (readiness)."""
+    if not await client.ping():
+        raise ConnectionError("Redis did not answer PING with PONG")
+
+
 def connect(settings: Settings, *, max_connections: int | None = None) -> aioredis.Redis:
     """A client for `settings.redis_url` (no I/O happens until the first command).
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -21,7 +22,7 @@ import redis.asyncio as aioredis
 from pydantic import ValidationError
 
 from vmsched.constants import STATE_CHANGES_MAXLEN
-from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, VmReport, VmStatus
+from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, HostStatus, VmReport, VmStatus
 from vmsched.errors import StateConflict
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
@@ -51,6 +52,15 @@ class _Cluster:
     cpu_samples: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
     #: Per host: failed VM starts since the last successful one.
     build_failures: dict[str, int] = field(default_factory=dict)
+    #: Hosts by status, kept with `hosts` (put_host) so the hosts gauge costs nothing per report.
+    statuses: Counter[HostStatus] = field(default_factory=Counter)
+
+    def put_host(self, report: HostReport) -> None:
+        old = self.hosts.get(report.host_id)
+        if old is not None:
+            self.statuses[old.status] -= 1
+        self.hosts[report.host_id] = report
+        self.statuses[report.status] += 1
 
     def put_vm(self, vm: VmReport) -> None:
         self.drop_vm(vm.vm_id)
@@ -159,7 +169,7 @@ class StateWriter:
 
     async def apply_host(self, report: HostReport) -> int:
         def change(c: _Cluster) -> _Write:
-            c.hosts[report.host_id] = report
+            c.put_host(report)
             c.record_load(report)
             return _Write(kind="host", hosts=[report.host_id])
 
@@ -200,6 +210,17 @@ class StateWriter:
     def version(self, cluster_id: str) -> int:
         c = self._clusters.get(cluster_id)
         return c.version if c is not None else 0
+
+    def cluster_ids(self) -> list[str]:
+        """The clusters held in memory."""
+        return list(self._clusters)
+
+    def host_counts(self, cluster_id: str) -> dict[HostStatus, int] | None:
+        """The cluster's hosts by status (every status, 0 included); None if it is not held."""
+        c = self._clusters.get(cluster_id)
+        if c is None:
+            return None
+        return {status: c.statuses[status] for status in HostStatus}
 
     def host_state(self, cluster_id: str, host_id: str) -> HostState | None:
         c = self._clusters.get(cluster_id)
@@ -302,7 +323,7 @@ class StateWriter:
         for host_id, blob in raw_hosts.items():
             state = parse_stored(HostState, blob)
             stored[_text(host_id)] = state
-            c.hosts[_text(host_id)] = state.report
+            c.put_host(state.report)
             if state.cpu_samples:
                 c.cpu_samples[_text(host_id)] = list(state.cpu_samples)
             if state.build_failures:
