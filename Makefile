@@ -11,10 +11,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: setup servers migrate demo test lint bench faults contracts up clean
 
-$(STAMP): pyproject.toml
+# The example plugin package is installed too: its units are in every service's catalogue, and the
+# plugin tests (tests/unit/test_plugins.py, tests/e2e/test_plugin_units.py) use it.
+EXAMPLE_UNITS := examples/vmsched-example-units
+
+$(STAMP): pyproject.toml $(EXAMPLE_UNITS)/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e $(EXAMPLE_UNITS)
 	touch $(STAMP)
 
 servers:

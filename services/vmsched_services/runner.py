@@ -12,7 +12,9 @@ from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import set_cluster_label_limit
 from vmsched.runtime import Runtime
+from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
+from vmsched.store.catalogues import UnitCatalogues, announce_units
 from vmsched_services import SERVICES
 
 log = get_logger("vmsched.runner")
@@ -40,6 +42,8 @@ async def run(
     configure(settings.log_level, settings.log_format, service=label)
     set_cluster_label_limit(settings.metrics_cluster_labels)
     health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s)
+    # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
+    units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if health is not None:
@@ -49,6 +53,8 @@ async def run(
             loop.add_signal_handler(sig, stop.set)
     rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
     try:
+        # Spawned first: its first announcement goes out while the services below connect.
+        rt.spawn(announce_units(UnitCatalogues(rt.redis, settings), names, units), "unit-catalogue")
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first
             await SERVICES[name](rt)
             log.info("service started", name=name)

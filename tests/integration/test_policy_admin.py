@@ -25,7 +25,10 @@ from vmsched.db import migrate
 from vmsched.errors import RemoteError
 from vmsched.policy_cache import PolicyCache
 from vmsched.policy_client import PolicyClient
+from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
+from vmsched.store.catalogues import UnitCatalogues
+from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
@@ -179,3 +182,28 @@ async def test_a_cached_policy_is_read_again_after_its_ttl_even_without_an_event
         assert (await cache.for_cluster(cluster)).version == 2
     finally:
         await rt.close()
+
+
+async def test_a_unit_some_running_worker_lacks_is_refused_at_save_time(
+    stack: Settings, buses: Buses, admin: PolicyClient, unique: str
+) -> None:
+    # Another filter-worker instance runs without the Swap filter (an older build, a missing plugin).
+    redis = connect(stack)
+    catalogues = UnitCatalogues(redis, stack)
+    older = {name: "builtin" for name in REGISTRY if name != "Swap"}
+    await catalogues.announce("filter-worker", f"old-{unique}", older)
+    name = f"needs-swap-{unique}"
+    doc = (await admin.read(["none"])).policies[0].document.model_copy(update={"name": name})
+    assert any(f.unit == "Swap" for f in doc.filters)
+    try:
+        listing = await admin.units()
+        assert "Swap" not in listing.running["filter-worker"]
+        assert "Memory" in listing.running["filter-worker"]
+        with pytest.raises(RemoteError, match="filter unit Swap is not available in the running filter-worker"):
+            await admin.apply(PolicySet(policies=[doc]))
+    finally:
+        await catalogues.withdraw("filter-worker", f"old-{unique}")
+        await redis.aclose()
+    created = await admin.apply(PolicySet(policies=[doc]))
+    assert created.changes[0].action is ChangeAction.CREATE
+    assert {u.origin for u in (await admin.units()).units} >= {"builtin"}

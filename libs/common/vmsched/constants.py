@@ -11,6 +11,10 @@ from typing import Final
 
 SCHEMA_VERSION: Final = 1
 
+#: The Python entry point group other packages add policy units through (each entry point loads to
+#: a PolicyUnit or a sequence of them; vmsched.scheduling.units.plugins loads them).
+UNIT_ENTRY_POINT_GROUP: Final = "vmsched.units"
+
 # ---------------------------------------------------------------- RabbitMQ: exchanges
 #: Direct exchange for request/reply calls (competing consumers share one queue per service).
 RPC_EXCHANGE: Final = "vmsched.rpc"
@@ -163,6 +167,8 @@ KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{cluster} -> owner id, PX = 
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{cluster}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts where a start/migration failed
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{cluster} -> json list of failing hosts
+KEY_UNITS: Final = "units"  # {prefix}:units:{service}:{instance} -> json: the instance's units, PX = catalogue TTL
+KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index -> zset of KEY_UNITS keys by expiry (ms)
 
 #: Lease roles (the {role} of KEY_LEASE): each cluster is worked by one process per role.
 LEASE_BALANCER: Final = "balancer"

@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     ha_interval_s: float = Field(300.0, gt=0)
     #: How long a balancer / HA monitor owns a cluster without renewing its lease.
     lease_ttl_s: float = Field(20.0, gt=0)
+    #: The longest one call of a plugin's policy unit (a filter, weight or balance function from
+    #: another package) may take: a longer call fails the decision it was part of, naming the unit.
+    plugin_call_limit_s: float = Field(0.5, gt=0)
+    #: Each service instance announces its policy units in Redis for this long, renewed every third
+    #: of it while it runs: a dead instance's catalogue is gone this long after its last renewal.
+    unit_catalogue_ttl_s: float = Field(30.0, gt=0)
     #: Port for the Prometheus metrics endpoint; 0 disables it.
     metrics_port: int = Field(0, ge=0, le=65535)
     #: Clusters that get a `cluster` label of their own on metrics (the first seen by the process);

@@ -53,6 +53,7 @@ from vmsched.scheduling.policy_docs import (
 )
 from vmsched.scheduling.units import REGISTRY
 from vmsched.scheduling.units.base import PolicyUnit
+from vmsched.store.catalogues import UnitCatalogues
 
 log = get_logger("vmsched.policy_admin")
 
@@ -122,10 +123,13 @@ class PolicyAdmin:
         )
 
     async def units(self, _: UnitQuery) -> UnitListing:
+        available = await UnitCatalogues(self.rt.redis, self.rt.settings).available_units()
         return UnitListing(
+            running={service: sorted(names) for service, names in sorted(available.items())},
             units=[
                 UnitInfo(
                     name=u.name,
+                    origin=u.origin,
                     description=u.description[:2000],
                     filter=u.filter is not None,
                     weight=u.weight is not None,
@@ -136,7 +140,7 @@ class PolicyAdmin:
                     ],
                 )
                 for u in sorted(self.registry.values(), key=lambda u: u.name)
-            ]
+            ],
         )
 
     # ------------------------------------------------------------------------------ writing
@@ -144,7 +148,10 @@ class PolicyAdmin:
         repo = await self._repo()
         stored = {p.name: p for p in await repo.list()}
         attached = {a.cluster_id: a for a in await self._attachments(repo)}
-        found = self._check(req.desired, stored)
+        # What the running filter-workers, weighers and balancers can run (each announces its
+        # catalogue): a policy naming a unit one of them lacks would fail there, so it is refused here.
+        available = await UnitCatalogues(self.rt.redis, self.rt.settings).available_units()
+        found = self._check(req.desired, stored, available)
         if found:
             raise _refuse(found)
         changes: list[Change] = []
@@ -181,7 +188,9 @@ class PolicyAdmin:
         await self._announce(PolicyChanged(policy_id=saved.id))
         return saved.version
 
-    def _check(self, desired: PolicySet, stored: Mapping[str, Policy]) -> list[str]:
+    def _check(
+        self, desired: PolicySet, stored: Mapping[str, Policy], available: Mapping[str, frozenset[str]]
+    ) -> list[str]:
         """Every problem of the whole set, each naming its policy or cluster."""
         found: list[str] = []
         names = [d.name for d in desired.policies]
@@ -196,7 +205,7 @@ class PolicyAdmin:
                     f"(vmsched policy clone {doc.name} my-{doc.name})"
                 )
                 continue
-            found += [f"policy {doc.name}: {p}" for p in problems(doc, self.registry)]
+            found += [f"policy {doc.name}: {p}" for p in problems(doc, self.registry, available=available)]
         clusters = [a.cluster_id for a in desired.clusters]
         for cluster in sorted({x for x in clusters if clusters.count(x) > 1}):
             found.append(f"cluster {cluster}: listed twice")

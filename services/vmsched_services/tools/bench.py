@@ -80,7 +80,7 @@ from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
-from vmsched.scheduling.units import REGISTRY, validate_properties
+from vmsched.scheduling.units import BUILTIN_UNITS, validate_properties
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
@@ -111,7 +111,8 @@ def _hosts(rng: random.Random, cluster: str, n: int) -> list[HostReport]:
 
 
 def catalogue_policy() -> Policy:
-    """Every registered filter and weight unit, factor 1: what the whole catalogue costs.
+    """Every built-in filter and weight unit, factor 1: what the whole catalogue costs (plugins
+    installed here are left out, so the numbers compare across installations).
 
     ClusterInMaintenance is left out: it is a mode (only HA VMs start), not a constraint a
     policy combines with others, and it would stop every bench VM.
@@ -122,10 +123,10 @@ def catalogue_policy() -> Policy:
         name="bench-catalogue",
         filters=tuple(
             PolicyFilter(unit=u.name, sequence=FilterSequence.FIRST if u.name == "Migration" else FilterSequence.NONE)
-            for u in REGISTRY.values()
+            for u in BUILTIN_UNITS
             if u.filter is not None and u.name != "ClusterInMaintenance"
         ),
-        weights=tuple(PolicyWeight(unit=u.name) for u in REGISTRY.values() if u.weight is not None),
+        weights=tuple(PolicyWeight(unit=u.name) for u in BUILTIN_UNITS if u.weight is not None),
     )
 
 
@@ -436,13 +437,13 @@ def _balance_table(hosts: list[HostState], settings: ClusterReport, pending: lis
 
 
 def bench_balance(seed: int, n_hosts: int = 10_000, n_vms: int = 200_000) -> dict[str, Any]:
-    """One balancer pass per balance unit, as the balancer runs it (HostTable.from_states +
+    """One balancer pass per built-in balance unit, as the balancer runs it (HostTable.from_states +
     with_pending + unit.balance), best of 3, on one cluster built once: as the cluster is, and with
     nothing fitting anywhere (no_fit_ms); with the table alone."""
     hosts, movable, pending, settings = _balance_cluster(n_hosts, n_vms, seed)
     table = partial(_balance_table, hosts, settings, pending)
     units: dict[str, Any] = {}
-    for unit in REGISTRY.values():
+    for unit in BUILTIN_UNITS:
         if unit.balance is None:
             continue
         props = validate_properties(unit, _BALANCE_PROPS)

@@ -298,6 +298,8 @@ def cmd_contracts(args: argparse.Namespace) -> int:
 
 
 def cmd_units_list(args: argparse.Namespace) -> int:
+    """Every unit with its origin ("builtin" or a plugin's "<distribution> <version>"), then the
+    plugins that were refused and why (with --json they are only logged, on stderr)."""
     from vmsched.scheduling.units import REGISTRY
 
     if args.json:
@@ -309,6 +311,7 @@ def cmd_units_list(args: argparse.Namespace) -> int:
                         "id": str(u.id),
                         "kinds": list(u.kinds),
                         "direction": u.direction.value,
+                        "origin": u.origin,
                         "description": u.description,
                         "properties": {
                             k: {"regex": p.regex, "default": p.default, "description": p.description}
@@ -321,11 +324,17 @@ def cmd_units_list(args: argparse.Namespace) -> int:
             )
         )
         return EXIT_OK
+    width = max(len("origin"), *(len(u.origin) for u in REGISTRY.values()))
+    print(f"{'name':<36} {'kinds':<14} {'origin':<{width}} description")
     for u in sorted(REGISTRY.values(), key=lambda u: (u.kinds, u.name)):
         props = ", ".join(f"{k}={p.default}" if p.default is not None else k for k, p in u.properties.items())
-        print(f"{u.name:<36} {'+'.join(u.kinds):<14} {u.description}")
+        print(f"{u.name:<36} {'+'.join(u.kinds):<14} {u.origin:<{width}} {u.description}")
         if props:
-            print(f"{'':<36} {'':<14} properties: {props}")
+            print(f"{'':<36} {'':<14} {'':<{width}} properties: {props}")
+    if REGISTRY.refused:
+        print(f"\nrefused plugins ({len(REGISTRY.refused)}), not loaded:")
+        for r in REGISTRY.refused:
+            print(f"  {r}")
     return EXIT_OK
 
 

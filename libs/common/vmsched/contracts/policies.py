@@ -230,6 +230,9 @@ class UnitInfo(Message):
     """A policy unit policies can name."""
 
     name: Name = Field(description="The unit's name.")
+    origin: Text = Field(
+        "builtin", description='Where it comes from: "builtin", or the plugin\'s "<distribution> <version>".'
+    )
     description: Text = Field("", description="What the unit does.")
     filter: Bool = Field(description="It can run as a filter.")
     weight: Bool = Field(description="It can run as a weight.")
@@ -240,9 +243,15 @@ class UnitInfo(Message):
 
 
 class UnitListing(Message):
-    """The reply to `units.list`."""
+    """The reply to `units.list`: the units of the policy-admin's registry, and what each kind of
+    running service has (policies naming a unit one of them lacks are refused)."""
 
     units: list[UnitInfo] = Field(max_length=10_000, description="Every unit, by name.")
+    running: dict[Name, list[Name]] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Service kind (filter-worker, weigher, balancer, ...) -> the units every live instance has.",
+    )
 
 
 __all__ = [

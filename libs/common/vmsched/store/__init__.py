@@ -9,6 +9,7 @@ async with locks.hold(cluster_id) as lease:
     await pending.record(cluster_id, entries, lease.token)  # FencedOut if the lock was lost
 """
 
+from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import DecisionStore
 from vmsched.store.keys import Keys
 from vmsched.store.lock import ClusterLock, Lease
@@ -32,5 +33,6 @@ __all__ = [
     "PendingStore",
     "StateCache",
     "StateWriter",
+    "UnitCatalogues",
     "connect",
 ]

@@ -25,6 +25,8 @@ from vmsched.constants import (
     KEY_STATE_VERSION,
     KEY_STATE_VMS,
     KEY_TRIED,
+    KEY_UNITS,
+    KEY_UNITS_INDEX,
     LEASE_BALANCER,
     LEASE_HA_MONITOR,
 )
@@ -101,6 +103,13 @@ class Keys:
 
     def ha_state(self, cluster: str) -> str:
         return self._key(KEY_HA_STATE, cluster)
+
+    def unit_catalogue(self, service: str, instance: str) -> str:
+        """One running service instance's policy units (vmsched.store.catalogues)."""
+        return self._key(KEY_UNITS, f"{service}:{instance}")
+
+    def unit_catalogue_index(self) -> str:
+        return f"{self.prefix}:{KEY_UNITS_INDEX}"
 
     def of_cluster(self, cluster: str) -> list[str]:
         """Every key of one cluster with a fixed name (state, pending, lock, fence, leases, HA status),

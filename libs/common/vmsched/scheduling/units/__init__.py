@@ -1,6 +1,8 @@
-"""Policy units: pure filters and weight functions over a HostTable. See base.py for the rules."""
+"""Policy units: pure filters and weight functions over a HostTable. See base.py for the rules,
+plugins.py for units from other packages."""
 
 from vmsched.scheduling.units.base import (
+    BUILTIN_ORIGIN,
     Direction,
     FilterVerdict,
     PolicyUnit,
@@ -8,15 +10,20 @@ from vmsched.scheduling.units.base import (
     Props,
     validate_properties,
 )
-from vmsched.scheduling.units.registry import REGISTRY, get_unit
+from vmsched.scheduling.units.plugins import RefusedPlugin
+from vmsched.scheduling.units.registry import BUILTIN_UNITS, REGISTRY, UnitRegistry, get_unit
 
 __all__ = [
+    "BUILTIN_ORIGIN",
+    "BUILTIN_UNITS",
     "REGISTRY",
     "Direction",
     "FilterVerdict",
     "PolicyUnit",
     "PropertySpec",
     "Props",
+    "RefusedPlugin",
+    "UnitRegistry",
     "get_unit",
     "validate_properties",
 ]

@@ -1,8 +1,26 @@
 """What a policy unit is: a filter, a weight function, or both, plus its custom properties.
 
-A unit is pure: `filter(hosts, vm, props)` and `weigh(hosts, vm, props)` read only their arguments
-(a HostTable already restricted to the hosts in play, with pending resources folded in) and return
-plain values. No I/O, no clock, no globals, so the same code runs in any service and in tests.
+A unit is pure: `filter(hosts, vm, props)`, `weigh(hosts, vm, props)` and `balance(hosts, vms, props)`
+read only their arguments (a HostTable already restricted to the hosts in play, with pending
+resources folded in) and return plain values. No I/O, no clock, no globals, so the same code runs in
+any service and in tests.
+
+The purity contract (built-ins and plugins alike)
+-------------------------------------------------
+* A function of (hosts, vm or vms, properties) only: the same arguments give the same result, in
+  every process and on every call (a filter-worker and a weigher must agree, and a decision must
+  be explainable afterwards from what it was given).
+* No I/O: no network, no files, no database, no subprocesses, no sleeping. A unit runs inside a
+  decision while its cluster's lock is held, so every millisecond it takes is every request's.
+* No global state: nothing read from or written to module globals, environment variables, the
+  clock or a random generator; the arguments are not modified (the same HostTable is shared by
+  every unit of a request).
+* Deterministic: no randomness, no iteration over unordered sets into the result's order.
+
+Units from other packages (plugins: the `vmsched.units` entry point group, see
+vmsched.scheduling.units.plugins) follow the same contract and are held to it where it can be
+checked: their names and property specs are validated when they are loaded, and each call is timed
+against VMSCHED_PLUGIN_CALL_LIMIT_S (over it, the decision fails with a SchedulingError).
 
 Conventions
 -----------
@@ -38,6 +56,8 @@ Props = Mapping[str, str]
 
 #: Namespace for stable unit ids: uuid5(UNIT_NAMESPACE, unit name) is the unit's row id in PostgreSQL.
 UNIT_NAMESPACE = UUID("6f0c1c52-2b0e-4a59-9d36-5b0a3b0de001")
+#: The origin of the units vmsched ships (PolicyUnit.origin).
+BUILTIN_ORIGIN = "builtin"
 
 
 class Direction(StrEnum):
@@ -129,6 +149,9 @@ class PolicyUnit:
     #: selector, `minimum` for min-max normalization (Nova's minval).
     minimum: float | None = None
     maximum: float | None = None
+    #: Where the unit comes from: BUILTIN_ORIGIN, or "<distribution> <version>" for a plugin's unit
+    #: (set by the registry when it loads the plugin; a plugin's own value is replaced).
+    origin: str = BUILTIN_ORIGIN
 
     @property
     def id(self) -> UUID:
@@ -245,6 +268,7 @@ def prop_bool(props: Props, name: str, default: bool) -> bool:
 
 
 __all__ = [
+    "BUILTIN_ORIGIN",
     "UNIT_NAMESPACE",
     "Direction",
     "FilterFn",
