@@ -108,7 +108,7 @@ async def test_a_broken_file_is_refused_with_every_problem_and_nothing_stored(
         )
     )
     code, out, err = await vmsched(service_settings, "policy", "apply", "-f", str(file))
-    assert code == 1
+    assert code == 3
     assert "Traceback" not in err
     assert "invalid_policy" in err
     assert "unknown filter unit 'Memroy'; did you mean 'Memory'?" in err

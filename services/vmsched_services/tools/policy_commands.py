@@ -31,13 +31,14 @@ import yaml
 from pydantic import ValidationError
 
 from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, PolicyDocument, PolicySet
-from vmsched.errors import InvalidRequest, RemoteError, VmschedError
+from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.settings import Settings
 
-#: Exit codes: done, refused (the service said why), the file or arguments are wrong.
-OK, REFUSED, BAD_INPUT = 0, 1, 2
+#: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
+#: (the service said why). A server that does not answer is told by the command's error boundary.
+OK, BAD_INPUT, REFUSED = 0, 2, 3
 
 
 def _say(text: str) -> None:
@@ -275,7 +276,8 @@ async def _import_nova(args: argparse.Namespace, admin: PolicyClient) -> int:
 
 
 def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
-    """Run a policy command; the service's refusals and bad input end in one clear message."""
+    """Run a policy command; the service's refusals and bad input end in one clear message (and the
+    rest, a server down say, in the vmsched command's error boundary, which says how to start it)."""
 
     async def go() -> int:
         async with PolicyClient(settings) as admin:
@@ -288,9 +290,6 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         return BAD_INPUT
     except RemoteError as exc:
         _say(f"vmsched policy: {exc.remote_code}: {exc}")
-        return REFUSED
-    except VmschedError as exc:
-        _say(f"vmsched policy: {exc.code}: {exc}")
         return REFUSED
 
 

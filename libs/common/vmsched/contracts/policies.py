@@ -247,7 +247,7 @@ class UnitListing(Message):
     running service has (policies naming a unit one of them lacks are refused)."""
 
     units: list[UnitInfo] = Field(max_length=10_000, description="Every unit, by name.")
-    running: dict[Name, list[Name]] = Field(
+    running: dict[Name, Annotated[list[Name], Field(max_length=10_000)]] = Field(
         default_factory=dict,
         max_length=64,
         description="Service kind (filter-worker, weigher, balancer, ...) -> the units every live instance has.",
