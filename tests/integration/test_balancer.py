@@ -96,8 +96,9 @@ async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(
             assert moved < 10, "the balancer does not stop"
         # 13 VMs on a: 13-2 >= 5 and 13 > 10 -> move; 12 -> move; 11 -> move; 10 is not above HighVmCount
         assert moved == 3
-        # The balancer runs in this process: its counters are this registry's.
-        assert (REGISTRY.get_sample_value("vmsched_balance_migrations_total") or 0.0) == migrations + 3
+        # The balancer runs in this process: its counters are this registry's. It balances every
+        # cluster of the run's prefix (other tests leave crowded ones), so at least ours are counted.
+        assert (REGISTRY.get_sample_value("vmsched_balance_migrations_total") or 0.0) >= migrations + 3
         assert (REGISTRY.get_sample_value("vmsched_balance_passes_total") or 0.0) >= passes + 4
         state = await client.state(cluster)
         counts = {h.report.host_id: h.vm_count for h in state.hosts}
