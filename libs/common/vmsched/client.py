@@ -13,7 +13,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 from vmsched import constants as c
 from vmsched.bus import Bus, Subscription, connect
@@ -42,13 +42,19 @@ from vmsched.errors import RemoteError
 from vmsched.settings import Settings
 
 
-class SchedulerClient:
+class BusClient:
+    """A client on a bus of its own (started and closed with `async with`), or on one it is given
+    (left as it is)."""
+
+    #: The bus connection's label (logs, the broker's connection name).
+    label = "client"
+
     def __init__(self, settings: Settings | None = None, *, bus: Bus | None = None) -> None:
         self.settings = settings or Settings()
-        self.bus = bus or connect(self.settings, "client")
+        self.bus = bus or connect(self.settings, self.label)
         self._own_bus = bus is None
 
-    async def __aenter__(self) -> SchedulerClient:
+    async def __aenter__(self) -> Self:
         if self._own_bus:
             await self.bus.start()
         return self
@@ -57,6 +63,8 @@ class SchedulerClient:
         if self._own_bus:
             await self.bus.close()
 
+
+class SchedulerClient(BusClient):
     # ---------------------------------------------------------------- scheduling
     async def schedule(
         self,
@@ -192,4 +200,4 @@ class SchedulerClient:
         await self.bus.publish(c.POLICY_CHANGED, PolicyChanged(cluster_id=cluster_id, policy_id=policy_id))
 
 
-__all__ = ["SchedulerClient"]
+__all__ = ["BusClient", "SchedulerClient"]

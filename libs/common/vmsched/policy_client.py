@@ -12,7 +12,7 @@ problem of the request, `policy_locked`, `policy_in_use`, `policy_not_found`, ..
 from __future__ import annotations
 
 from vmsched import constants as c
-from vmsched.bus import Bus, connect
+from vmsched.client import BusClient
 from vmsched.contracts import (
     ApplyPolicies,
     ApplyReport,
@@ -28,23 +28,10 @@ from vmsched.contracts import (
     UnitListing,
     UnitQuery,
 )
-from vmsched.settings import Settings
 
 
-class PolicyClient:
-    def __init__(self, settings: Settings | None = None, *, bus: Bus | None = None) -> None:
-        self.settings = settings or Settings()
-        self.bus = bus or connect(self.settings, "policy-client")
-        self._own_bus = bus is None
-
-    async def __aenter__(self) -> PolicyClient:
-        if self._own_bus:
-            await self.bus.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        if self._own_bus:
-            await self.bus.close()
+class PolicyClient(BusClient):
+    label = "policy-client"
 
     async def read(self, names: list[str] | None = None) -> PolicyListing:
         """The stored policies (all, or these) and the clusters attached to them."""

@@ -1,21 +1,6 @@
-"""The `vmsched policy ...` commands (their parser is vmsched_services.tools.policy_cli): administer
-policies from a shell or from files kept in git.
-
-Files are YAML (or JSON) PolicySets:
-
-    policies:
-      - name: web-spread
-        description: spread web VMs, keep 25% headroom
-        filters: [Memory, CPU, Network, {unit: PinToHost, position: first}]
-        weights:
-          - {unit: OptimalForEvenCpuDistribution, factor: 2}
-        properties: {HighUtilization: "75"}
-    clusters:
-      - {cluster_id: c1, policy: web-spread, ha_reservation: true}
-
-A filter may be written as its unit name alone (it then runs in list order). `apply` is idempotent
-and shows what changes; `export` writes the same format back.
-"""
+"""The `vmsched policy ...` commands (their parser, and the policy file format, are in
+vmsched_services.tools.policy_cli): read and write policy files, print reports, call the
+policy-admin service through PolicyClient."""
 
 from __future__ import annotations
 
