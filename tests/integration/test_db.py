@@ -460,3 +460,21 @@ async def test_set_default(repo: PolicyRepository, unique: str) -> None:
     assert await repo.get("none") == DEFAULT_POLICY
     assert await repo.get_for_cluster(cluster) == DEFAULT_POLICY
     await repo.delete(clone.id)
+
+
+async def test_apply_stores_a_whole_set_or_nothing(repo: PolicyRepository, unique: str) -> None:
+    base = BUILTIN_POLICIES["none"]
+    fresh = base.model_copy(
+        update={"id": _uuid(unique, "set-a"), "name": f"set-a-{unique}", "locked": False, "is_default": False}
+    )
+    # The attachment names a policy that does not exist: refused after the new policy was written
+    # in the same transaction, which must then leave nothing behind.
+    with pytest.raises(PolicyNotFound):
+        await repo.apply([fresh], [(f"c-{unique}", f"nosuch-{unique}", {}, False)])
+    with pytest.raises(PolicyNotFound):
+        await repo.get(fresh.id)
+    stored = await repo.apply([fresh], [(f"c-{unique}", fresh.name, {}, True)])
+    assert [p.version for p in stored] == [1]
+    settings = await repo.get_cluster_settings(f"c-{unique}")
+    assert (settings.policy_id, settings.ha_reservation) == (fresh.id, True)
+    await repo.clear_cluster(f"c-{unique}")

@@ -105,7 +105,8 @@ async def test_alert_on_unsafe_cluster_then_recovery(client: SchedulerClient, st
         assert report.ok
         assert report.failing_hosts == []
         assert _count("vmsched_ha_alerts_total") >= alerts + 1
-        assert _count("vmsched_ha_recoveries_total") == recoveries + 1
+        # Process-wide counters: the monitor also checks other tests' clusters of the run's prefix.
+        assert _count("vmsched_ha_recoveries_total") >= recoveries + 1
         assert _count("vmsched_ha_checks_total", result="failing") > failing
     finally:
         await sub.cancel()

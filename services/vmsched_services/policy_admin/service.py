@@ -155,6 +155,7 @@ class PolicyAdmin:
         if found:
             raise _refuse(found)
         changes: list[Change] = []
+        writes: list[Policy] = []
         for doc in req.desired.policies:
             current = stored.get(doc.name)
             before = document_of(current) if current is not None else None
@@ -162,31 +163,35 @@ class PolicyAdmin:
                 changes.append(Change(kind="policy", name=doc.name, action=ChangeAction.UNCHANGED))
                 continue
             action = ChangeAction.CREATE if current is None else ChangeAction.UPDATE
-            version = None
-            if not req.dry_run:
-                version = await self._store(repo, doc, current)
-            changes.append(Change(kind="policy", name=doc.name, action=action, diff=diff(before, doc), version=version))
+            changes.append(Change(kind="policy", name=doc.name, action=action, diff=diff(before, doc)))
+            if current is None:
+                writes.append(policy_of(doc, uuid4()))
+            else:
+                writes.append(policy_of(doc, current.id).model_copy(update={"is_default": current.is_default}))
+        attaching: list[ClusterAttachment] = []
         for want in req.desired.clusters:
             had = attached.get(want.cluster_id)
             if had == want:
                 changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.UNCHANGED))
                 continue
-            if not req.dry_run:
-                await repo.set_cluster_policy(want.cluster_id, want.policy, want.properties, want.ha_reservation)
-                await self._announce(PolicyChanged(cluster_id=want.cluster_id))
             lines = attachment_diff(had, want)
             changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.ATTACH, diff=lines))
-        if not req.dry_run:
-            log.info("policies applied", changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
-        return ApplyReport(dry_run=req.dry_run, changes=changes)
-
-    async def _store(self, repo: PolicyRepository, doc: PolicyDocument, current: Policy | None) -> int:
-        if current is None:
-            saved = await repo.create(policy_of(doc, uuid4()))
-        else:
-            saved = await repo.update(policy_of(doc, current.id).model_copy(update={"is_default": current.is_default}))
-        await self._announce(PolicyChanged(policy_id=saved.id))
-        return saved.version
+            attaching.append(want)
+        if req.dry_run or not (writes or attaching):
+            return ApplyReport(dry_run=req.dry_run, changes=changes)
+        # One transaction: the whole set is stored, or (on a refusal the checks above could not
+        # foresee, such as a concurrent edit) nothing of it is.
+        saved = await repo.apply(writes, [(a.cluster_id, a.policy, a.properties, a.ha_reservation) for a in attaching])
+        versions = {p.name: p.version for p in saved}
+        changes = [
+            ch.model_copy(update={"version": versions.get(ch.name)}) if ch.kind == "policy" else ch for ch in changes
+        ]
+        for policy in saved:
+            await self._announce(PolicyChanged(policy_id=policy.id))
+        for a in attaching:
+            await self._announce(PolicyChanged(cluster_id=a.cluster_id))
+        log.info("policies applied", changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
+        return ApplyReport(dry_run=False, changes=changes)
 
     def _check(
         self, desired: PolicySet, stored: Mapping[str, Policy], available: Mapping[str, frozenset[str]]

@@ -12,7 +12,7 @@ row names no policy), with the row's property overrides merged over the policy's
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -124,35 +124,41 @@ class PolicyRepository:
         for a taken name or id, InvalidRequest for a locked or default policy (only built-ins are
         locked; the default is chosen with set_default).
         """
+        async with self._pool.acquire() as conn, conn.transaction():
+            return await self._create(conn, policy)
+
+    async def _create(self, conn: Connection, policy: Policy) -> Policy:
         self._validate(policy)
         if policy.locked:
             raise InvalidRequest("only built-in policies are locked", location="locked")
         if policy.is_default:
             raise InvalidRequest("create the policy, then make it the default", location="is_default")
-        async with self._pool.acquire() as conn, conn.transaction():
-            if await conn.fetchval("SELECT 1 FROM policy WHERE id = $1", policy.id):
-                raise PolicyExists(f"a policy with id {policy.id} exists", location="id")
-            await ensure_units(conn, policy, self._registry)
-            await write_policy(conn, policy)
-            return await self._load_existing(conn, policy.id)
+        if await conn.fetchval("SELECT 1 FROM policy WHERE id = $1", policy.id):
+            raise PolicyExists(f"a policy with id {policy.id} exists", location="id")
+        await ensure_units(conn, policy, self._registry)
+        await write_policy(conn, policy)
+        return await self._load_existing(conn, policy.id)
 
     async def update(self, policy: Policy) -> Policy:
         """Replace a stored policy (found by id); PolicyLocked for built-ins.
 
         `locked` and `is_default` must match the stored row: they are not edited this way.
         """
-        self._validate(policy)
         async with self._pool.acquire() as conn, conn.transaction():
-            row = await resolve_policy(conn, policy.id, for_update=True)
-            if row["is_locked"]:
-                raise PolicyLocked(f"policy {policy.name!r} is locked; clone it to edit", location="policy")
-            if policy.locked:
-                raise InvalidRequest("only built-in policies are locked", location="locked")
-            if policy.is_default != row["is_default"]:
-                raise InvalidRequest("the default policy is chosen with set_default", location="is_default")
-            await ensure_units(conn, policy, self._registry)
-            await write_policy(conn, policy)
-            return await self._load_existing(conn, policy.id)
+            return await self._update(conn, policy)
+
+    async def _update(self, conn: Connection, policy: Policy) -> Policy:
+        self._validate(policy)
+        row = await resolve_policy(conn, policy.id, for_update=True)
+        if row["is_locked"]:
+            raise PolicyLocked(f"policy {policy.name!r} is locked; clone it to edit", location="policy")
+        if policy.locked:
+            raise InvalidRequest("only built-in policies are locked", location="locked")
+        if policy.is_default != row["is_default"]:
+            raise InvalidRequest("the default policy is chosen with set_default", location="is_default")
+        await ensure_units(conn, policy, self._registry)
+        await write_policy(conn, policy)
+        return await self._load_existing(conn, policy.id)
 
     async def delete(self, policy_id: UUID | str) -> None:
         """Delete a policy; PolicyLocked for built-ins, PolicyInUse while clusters use it or it is
@@ -219,30 +225,57 @@ class PolicyRepository:
             if bad:
                 raise InvalidRequest(f"property values must be strings: {bad}", location="properties")
         async with self._pool.acquire() as conn, conn.transaction():
-            current = await conn.fetchrow(
-                "SELECT properties FROM cluster_policy WHERE cluster_id = $1 FOR UPDATE", cluster_id
-            )
-            chosen: UUID | None = None
-            if policy_id is not None:
-                chosen = UUID(str((await resolve_policy(conn, policy_id))["id"]))
-            policy = await self._load_existing(conn, chosen or await default_policy_id(conn))
-            overrides = dict(properties) if properties is not None else {}
-            if properties is None and current is not None:
-                overrides = dict(current["properties"])
-            self._validate_properties(policy, {**policy.properties, **overrides})
-            row = await conn.fetchrow(
-                """INSERT INTO cluster_policy (cluster_id, policy_id, properties, ha_reservation)
-                   VALUES ($1, $2, $3, COALESCE($4, false))
-                   ON CONFLICT (cluster_id) DO UPDATE SET policy_id = EXCLUDED.policy_id,
-                       properties = EXCLUDED.properties,
-                       ha_reservation = COALESCE($4, cluster_policy.ha_reservation),
-                       updated_at = now()
-                   RETURNING cluster_id, policy_id, properties, ha_reservation, updated_at""",
-                cluster_id,
-                chosen,
-                overrides,
-                ha_reservation,
-            )
+            return await self._set_cluster_policy(conn, cluster_id, policy_id, properties, ha_reservation)
+
+    async def apply(
+        self,
+        policies: Sequence[Policy],
+        clusters: Sequence[tuple[str, str, Mapping[str, str], bool]],
+    ) -> builtins.list[Policy]:
+        """Store `policies` (created when their id is new, else updated) and attach clusters
+        (cluster id, policy name, property overrides, HA reservation), all in one transaction:
+        either everything is stored or, on the first refusal, nothing is. The stored policies, in order."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            stored = []
+            for policy in policies:
+                exists = await conn.fetchval("SELECT 1 FROM policy WHERE id = $1", policy.id)
+                stored.append(await (self._update(conn, policy) if exists else self._create(conn, policy)))
+            for cluster_id, name, properties, ha_reservation in clusters:
+                await self._set_cluster_policy(conn, cluster_id, name, properties, ha_reservation)
+            return stored
+
+    async def _set_cluster_policy(
+        self,
+        conn: Connection,
+        cluster_id: str,
+        policy_id: UUID | str | None,
+        properties: Mapping[str, str] | None,
+        ha_reservation: bool | None,
+    ) -> ClusterSettings:
+        current = await conn.fetchrow(
+            "SELECT properties FROM cluster_policy WHERE cluster_id = $1 FOR UPDATE", cluster_id
+        )
+        chosen: UUID | None = None
+        if policy_id is not None:
+            chosen = UUID(str((await resolve_policy(conn, policy_id))["id"]))
+        policy = await self._load_existing(conn, chosen or await default_policy_id(conn))
+        overrides = dict(properties) if properties is not None else {}
+        if properties is None and current is not None:
+            overrides = dict(current["properties"])
+        self._validate_properties(policy, {**policy.properties, **overrides})
+        row = await conn.fetchrow(
+            """INSERT INTO cluster_policy (cluster_id, policy_id, properties, ha_reservation)
+               VALUES ($1, $2, $3, COALESCE($4, false))
+               ON CONFLICT (cluster_id) DO UPDATE SET policy_id = EXCLUDED.policy_id,
+                   properties = EXCLUDED.properties,
+                   ha_reservation = COALESCE($4, cluster_policy.ha_reservation),
+                   updated_at = now()
+               RETURNING cluster_id, policy_id, properties, ha_reservation, updated_at""",
+            cluster_id,
+            chosen,
+            overrides,
+            ha_reservation,
+        )
         return ClusterSettings(**dict(row))
 
     async def clear_cluster(self, cluster_id: str) -> bool:
