@@ -254,7 +254,15 @@ async def _start_services(settings: Settings, stop: asyncio.Event) -> asyncio.Ta
     """Every service in this process, with short balancing and HA cycles so those phases show within seconds."""
     ready = asyncio.Event()
     quiet = settings.model_copy(
-        update={"log_level": "WARNING", "balance_interval_s": 1.0, "lease_ttl_s": 0.6, "ha_interval_s": 1.0}
+        update={
+            # The services share the demo's terminal: their warnings (the HA alert the demo provokes)
+            # as readable lines, not JSON.
+            "log_level": "WARNING",
+            "log_format": "console",
+            "balance_interval_s": 1.0,
+            "lease_ttl_s": 0.6,
+            "ha_interval_s": 1.0,
+        }
     )
     services = asyncio.create_task(run(list(SERVICES), quiet, stop=stop, ready=ready))
     waiter = asyncio.create_task(ready.wait())
