@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmsched.contracts import ScheduleRequest
+from vmsched.errors import InvalidRequest
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.placement import Outcome, Placed
 from vmsched.scheduling.policy import BUILTIN_POLICIES
@@ -27,7 +28,6 @@ from vmsched.simulation.workload import (
     VmArrival,
     VmDeparture,
     Workload,
-    WorkloadError,
     dump_workload,
     parse_workload,
     schema_text,
@@ -81,7 +81,7 @@ def test_yaml_round_trip_and_json_reads_too() -> None:
     ],
 )
 def test_bad_workloads_say_what_and_where(text: str, where: str) -> None:
-    with pytest.raises(WorkloadError) as err:
+    with pytest.raises(InvalidRequest) as err:
         parse_workload(text, "w.yaml")
     assert str(err.value).startswith("w.yaml: ")
     assert where in str(err.value)

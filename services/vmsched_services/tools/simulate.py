@@ -21,7 +21,7 @@ from vmsched.simulation.engine import simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
-from vmsched.simulation.workload import Workload, WorkloadError, dump_workload, parse_workload
+from vmsched.simulation.workload import Workload, dump_workload, parse_workload
 from vmsched_services.tools.policy_commands import read_set
 
 
@@ -35,7 +35,7 @@ def read_workload(path: str) -> Workload:
         raise UsageError(f"{path}: not UTF-8 text") from None
     try:
         return parse_workload(text, path)
-    except WorkloadError as exc:
+    except InvalidRequest as exc:
         raise UsageError(str(exc), hint="the format is docs/workload.schema.json") from None
 
 

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from vmsched.contracts.base import Id
+from vmsched.errors import InvalidRequest
 
 #: Bumped when a field changes meaning; a file names the version it was written for.
 WORKLOAD_VERSION = 1
@@ -182,10 +183,6 @@ class Workload(_Model):
         return max(times)
 
 
-class WorkloadError(ValueError):
-    """A workload text that does not parse or validate; the message says where."""
-
-
 def workload_schema() -> dict[str, Any]:
     """The JSON Schema of a workload file (docs/workload.schema.json is this, written out)."""
     schema = Workload.model_json_schema()
@@ -199,18 +196,18 @@ def schema_text() -> str:
 
 
 def parse_workload(text: str, source: str = "workload") -> Workload:
-    """A workload from YAML or JSON text (JSON is YAML); WorkloadError names `source` and the field."""
+    """A workload from YAML or JSON text (JSON is YAML); InvalidRequest names `source` and the field."""
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise WorkloadError(f"{source}: not valid YAML or JSON: {exc}") from None
+        raise InvalidRequest(f"{source}: not valid YAML or JSON: {exc}") from None
     if not isinstance(raw, dict):
-        raise WorkloadError(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
+        raise InvalidRequest(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
     try:
         return Workload.model_validate(raw)
     except ValidationError as exc:
         lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'the top level'}: {e['msg']}" for e in exc.errors()[:20]]
-        raise WorkloadError(f"{source}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
+        raise InvalidRequest(f"{source}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
 
 
 def dump_workload(workload: Workload) -> str:
@@ -229,7 +226,6 @@ __all__ = [
     "VmArrival",
     "VmDeparture",
     "Workload",
-    "WorkloadError",
     "dump_workload",
     "parse_workload",
     "schema_text",
