@@ -54,9 +54,13 @@ def cluster(*arrivals: VmArrival, hosts: int = 3, mem_gb: int = 16, **kw: object
 
 # ------------------------------------------------------------------------------ workloads
 def test_committed_schema_is_the_models_schema() -> None:
-    # Regenerate: python -c "from vmsched.simulation.workload import schema_text; print(schema_text(), end='')" \
-    #   > docs/workload.schema.json
+    # Regenerate: vmsched simulate --schema > docs/workload.schema.json
     assert SCHEMA.read_text(encoding="utf-8") == schema_text()
+
+
+def test_simulate_prints_the_schema(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["simulate", "--schema"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "Workload"
 
 
 def test_yaml_round_trip_and_json_reads_too() -> None:

@@ -665,6 +665,7 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
     source.add_argument("--scenario", metavar="NAME", help="a built-in scenario: even-vm-count, ha-reservation")
     source.add_argument("--generate", action="store_true", help="a generated workload (the default)")
+    source.add_argument("--schema", action="store_true", help="print the workload file's JSON Schema and exit")
     s.add_argument("--hosts", type=positive_int, default=50, metavar="N", help="generated: hosts (default: 50)")
     s.add_argument("--vms", type=positive_int, default=1000, metavar="N", help="generated: VM arrivals (default: 1000)")
     s.add_argument("--hours", type=hours, default=24.0, metavar="H", help="generated: hours simulated (default: 24)")

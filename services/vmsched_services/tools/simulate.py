@@ -21,7 +21,7 @@ from vmsched.simulation.engine import simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
-from vmsched.simulation.workload import Workload, dump_workload, parse_workload
+from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
 from vmsched_services.tools.policy_commands import read_set
 
 
@@ -92,6 +92,9 @@ async def run_all(workload: Workload, policies: list[Policy]) -> list[PolicyRepo
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.schema:
+        print(schema_text(), end="")
+        return 0
     workload = workload_of(args)
     policies = policies_of(args.policy)
     reports = asyncio.run(run_all(workload, policies))
