@@ -198,8 +198,9 @@ class Simulation:
         return HostStatus.UP
 
     def host_state(self, host_id: str) -> HostState:
-        """The host as the state tracker would hold it: its report (with the usage its VMs make)
-        plus their aggregates."""
+        """The host as the state tracker would hold it: its report (with the usage its VMs make:
+        each uses all of its memory, and its CPU load of its vCPUs) plus their aggregates, with one
+        CPU sample taken when the host's load last changed (so an overload lasts from then)."""
         vms = self._vms[host_id].values()
         base = self._base[host_id]
         committed = sum(vm_cost(v).mem_mb for v in vms)
