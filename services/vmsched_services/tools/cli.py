@@ -20,6 +20,8 @@ vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history
                                    administer policies (the policy-admin service), from files in git
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
+vmsched simulate [--workload FILE | --scenario NAME | --generate] --policy P [--policy Q ...]
+                                   replay a workload against policies on a simulated clock
 vmsched chaos [EXPERIMENT ...] [--long] [--json]
                                    the fault suite against the configured servers
 
@@ -351,6 +353,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return bench_main(args, settings())
 
 
+def hours(value: str) -> float:
+    try:
+        h = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of hours") from None
+    if not 0 < h <= 24 * 366:
+        raise argparse.ArgumentTypeError(f"{value} is not more than 0 hours and at most a year")
+    return h
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from vmsched_services.tools.simulate import main as simulate_main
+
+    return simulate_main(args)
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     from vmsched.db import migrate
     from vmsched_services.tools.chaos import EXPERIMENTS
@@ -593,7 +611,7 @@ def _add_admin_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
 
 def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
-    """The demo, the bench and the fault suite."""
+    """The demo, the bench, the simulator and the fault suite."""
     s = command(sub, "demo", "simulate a datacenter end to end over the bus", cmd_demo)
     add_json(s, "the summary")
     s.add_argument("--clusters", type=positive_int, default=3, metavar="N", help="clusters (default: 3)")
@@ -633,6 +651,34 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="where the results go (default: %(default)s)",
     )
     s.add_argument("--seed", type=int, default=11, help="random seed (default: 11)")
+
+    s = command(
+        sub,
+        "simulate",
+        "replay a workload against policies on a simulated clock",
+        cmd_simulate,
+        description="Replay a workload (a file, a built-in scenario, or a generated one) against each --policy "
+        "in this process, with the selector's own placement function, and compare them side by side: hosts "
+        "used against first-fit-decreasing, utilisation spread, placement failures and why, speed.",
+    )
+    source = s.add_mutually_exclusive_group()
+    source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
+    source.add_argument("--scenario", metavar="NAME", help="a built-in scenario: even-vm-count, ha-reservation")
+    source.add_argument("--generate", action="store_true", help="a generated workload (the default)")
+    source.add_argument("--schema", action="store_true", help="print the workload file's JSON Schema and exit")
+    s.add_argument("--hosts", type=positive_int, default=50, metavar="N", help="generated: hosts (default: 50)")
+    s.add_argument("--vms", type=positive_int, default=1000, metavar="N", help="generated: VM arrivals (default: 1000)")
+    s.add_argument("--hours", type=hours, default=24.0, metavar="H", help="generated: hours simulated (default: 24)")
+    s.add_argument("--seed", type=int, default=1, help="generated: random seed (default: 1)")
+    s.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="P",
+        help="a built-in policy's name or a policy file (vmsched policy format); repeat to compare (default: none)",
+    )
+    s.add_argument("--out", metavar="DIR", help="also write report.json (every sample) and workload.yaml here")
+    add_json(s, "the numbers")
 
     s = command(sub, "chaos", "run the fault suite against the configured servers (own prefixes)", cmd_chaos)
     s.add_argument(

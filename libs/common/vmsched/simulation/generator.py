@@ -1,0 +1,127 @@
+"""Seeded workloads with the shapes a real datacenter has.
+
+Sizes come from a few common flavours (most VMs are small); arrivals follow a day's rhythm
+(busiest mid-afternoon, quietest before dawn) with a few bursts (a deployment starting many VMs
+at once); most VMs are short-lived, some stay for the whole run; a share is highly available;
+a few small anti-affinity groups (replicas kept apart). The same seed gives the same workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vmsched.simulation.workload import AffinityGroupSpec, HostSpec, VmArrival, Workload
+
+#: (vCPUs, memory GB, weight): small VMs dominate, as in public and private clouds alike.
+FLAVOURS: tuple[tuple[int, int, float], ...] = ((1, 2, 0.35), (2, 4, 0.30), (4, 8, 0.20), (8, 16, 0.10), (16, 32, 0.05))
+#: (cores, memory GB, weight) of host models.
+HOST_MODELS: tuple[tuple[int, int, float], ...] = ((32, 256, 0.7), (64, 512, 0.3))
+NETWORK = "ovirtmgmt"
+
+
+@dataclass(frozen=True)
+class GeneratorSpec:
+    hosts: int = 50
+    vms: int = 1000
+    hours: float = 24.0
+    seed: int = 1
+    #: Share of VMs that are highly available.
+    ha_share: float = 0.2
+    #: Share of VMs that stay until the end.
+    long_lived_share: float = 0.3
+    #: Mean lifetime of the others, hours (exponential).
+    short_mean_hours: float = 2.0
+    #: Share of VMs that arrive in bursts.
+    burst_share: float = 0.15
+    #: Share of VMs in anti-affinity groups of three.
+    affinity_share: float = 0.05
+    sample_interval_s: float = 300.0
+
+
+def _diurnal_times(rng: np.random.Generator, n: int, span_s: float) -> np.ndarray:
+    """`n` arrival times over [0, span_s) with rate 1 + 0.6 sin: peak at 15:00, trough at 03:00."""
+    grid = np.linspace(0.0, span_s, 2049)
+    hours = grid / 3600.0
+    rate = 1.0 + 0.6 * np.sin(2 * np.pi * (hours - 9.0) / 24.0)
+    cdf = np.concatenate(([0.0], np.cumsum((rate[1:] + rate[:-1]) / 2)))
+    cdf /= cdf[-1]
+    times: np.ndarray = np.interp(rng.random(n), cdf, grid)
+    return times
+
+
+def generate(spec: GeneratorSpec) -> Workload:
+    """A workload of `spec.hosts` hosts and `spec.vms` arrivals over `spec.hours` hours."""
+    rng = np.random.default_rng(spec.seed)
+    span = spec.hours * 3600.0
+    models = rng.choice(len(HOST_MODELS), size=spec.hosts, p=[m[2] for m in HOST_MODELS])
+    width = len(str(spec.hosts))
+    hosts = [
+        HostSpec(
+            id=f"h{i + 1:0{width}d}",
+            cpu_cores=HOST_MODELS[m][0],
+            cpu_threads=2 * HOST_MODELS[m][0],
+            mem_mb=HOST_MODELS[m][1] * 1024,
+            networks=[NETWORK],
+            is_spm=(i == 0),
+        )
+        for i, m in enumerate(models.tolist())
+    ]
+
+    n_burst = int(spec.vms * spec.burst_share)
+    steady = _diurnal_times(rng, spec.vms - n_burst, span)
+    burst_parts: list[np.ndarray] = []
+    left = n_burst
+    while left > 0:
+        size = min(left, int(rng.integers(10, 60)))
+        at = rng.random() * span * 0.95
+        burst_parts.append(at + rng.random(size) * 120.0)  # a burst lasts two minutes
+        left -= size
+    times = np.sort(np.concatenate([steady, *burst_parts]) if burst_parts else steady)
+
+    flavours = rng.choice(len(FLAVOURS), size=spec.vms, p=[f[2] for f in FLAVOURS])
+    ha = rng.random(spec.vms) < spec.ha_share
+    long_lived = rng.random(spec.vms) < spec.long_lived_share
+    lifetimes = rng.exponential(spec.short_mean_hours * 3600.0, size=spec.vms) + 60.0
+    loads = np.round(rng.beta(2.0, 5.0, size=spec.vms) * 100.0, 1)
+    in_group = rng.random(spec.vms) < spec.affinity_share
+
+    width = len(str(spec.vms))
+    groups: list[AffinityGroupSpec] = []
+    open_group: tuple[str, int] | None = None
+    arrivals: list[VmArrival] = []
+    for i in range(spec.vms):
+        vcpus, mem_gb, _ = FLAVOURS[int(flavours[i])]
+        member_of: list[str] = []
+        if in_group[i]:
+            if open_group is None or open_group[1] == 3:
+                open_group = (f"g{len(groups) + 1}", 0)
+                groups.append(AffinityGroupSpec(id=open_group[0], positive=False, enforcing=False))
+            open_group = (open_group[0], open_group[1] + 1)
+            member_of = [open_group[0]]
+        arrivals.append(
+            VmArrival(
+                at_s=round(float(times[i]), 3),
+                vm_id=f"vm{i + 1:0{width}d}",
+                mem_mb=mem_gb * 1024,
+                vcpus=vcpus,
+                ha=bool(ha[i]),
+                cpu_usage_pct=float(loads[i]),
+                networks=[NETWORK],
+                affinity_groups=member_of,
+                lifetime_s=None if long_lived[i] else round(float(lifetimes[i]), 3),
+            )
+        )
+    return Workload(
+        name=f"generated-{spec.hosts}h-{spec.vms}vm-{spec.hours:g}h-seed{spec.seed}",
+        description="generated: flavours 1/2 to 16/32 vCPU/GB, diurnal arrivals with bursts",
+        duration_s=span,
+        sample_interval_s=spec.sample_interval_s,
+        hosts=hosts,
+        affinity_groups=groups,
+        arrivals=arrivals,
+    )
+
+
+__all__ = ["FLAVOURS", "HOST_MODELS", "GeneratorSpec", "generate"]

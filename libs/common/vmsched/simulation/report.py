@@ -1,0 +1,289 @@
+"""What a simulation measured, per policy: packing (hosts used against first-fit-decreasing on the
+same demand), evenness (utilisation spread), placement failures and why, and speed."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+
+from vmsched.scheduling.hosts import HostTable
+from vmsched.simulation.engine import Counts, Snapshot, Timing
+
+# ------------------------------------------------------------------------------ packing bound
+#: An item's size, one number per dimension.
+Size = TypeVar("Size", bound=tuple[float, ...])
+
+
+def first_fit_decreasing(
+    items: Mapping[Size, int],
+    capacities: Sequence[Sequence[float]],
+) -> tuple[int, int]:
+    """Pack `items` (size vector -> how many) into bins of `capacities` (one vector each, same
+    dimensions), first fit, largest items first (by the first dimension, then the next), bins in
+    the order given; an item fits a bin when every dimension does.
+
+    Returns (bins used, items that fit nowhere). Identical items are placed together: first fit
+    puts each copy in the first bin with room, so the copies fill the bins in order, each as far as
+    it takes, which is one cumulative sum over the bins instead of a loop per copy.
+    """
+    if not capacities:
+        return 0, sum(items.values())
+    free = np.array([list(c) for c in capacities], dtype=np.float64)
+    used = np.zeros(len(free), dtype=np.bool_)
+    overflow = 0
+    for size, count in sorted(items.items(), key=lambda kv: tuple(-x for x in kv[0])):
+        if count <= 0:
+            continue
+        need = np.asarray(size, dtype=np.float64)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per_dim = np.where(need > 0, np.floor(free / np.where(need > 0, need, 1.0)), np.inf)
+        room = np.minimum(per_dim.min(axis=1), float(count))
+        before = np.concatenate(([0.0], np.cumsum(room)[:-1]))
+        take = np.clip(count - before, 0.0, room)
+        free -= take[:, None] * need[None, :]
+        used |= take > 0
+        overflow += round(float(count - take.sum()))
+    return int(used.sum()), overflow
+
+
+def bins_of(table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None) -> list[tuple[float, float, float]]:
+    """The hosts as bins, largest first: (memory placement may use (free memory and the overcommit
+    limit both bind), vCPUs, CPU load in % of one CPU). vCPUs are unbounded without a vCPU ratio:
+    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by 100 % of
+    every CPU."""
+    idx = table.index_of(alive)
+    pct = min(100.0, float(table.settings.memory_overcommit_pct))
+    mem = pct * table.physical_mem_mb[idx] / 100.0 - table.reserved_mem_mb[idx]
+    cpus = table.effective_cpus[idx]
+    vcpus = cpus * vcpus_per_cpu if vcpus_per_cpu is not None else np.full(len(idx), math.inf)
+    load = cpus * 100.0
+    order = np.lexsort((np.asarray(alive), -load, -mem))  # largest memory first, then CPUs, then id
+    return [(float(mem[i]), float(vcpus[i]), float(load[i])) for i in order]
+
+
+# ------------------------------------------------------------------------------ samples
+@dataclass(frozen=True)
+class Sample:
+    at_s: float
+    vms: int
+    hosts_used: int
+    ffd_hosts: int
+    cpu_spread: float
+    cpu_std: float
+    mem_spread: float
+    mem_std: float
+    #: Most VMs on a host minus fewest (hosts not down).
+    vm_count_spread: int
+    #: Most highly available VMs on one host.
+    ha_per_host_max: int
+
+
+def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
+    table = snapshot.table
+    idx = table.index_of(snapshot.alive)
+    used = int((table.vm_count[idx] > 0).sum())
+    ffd, _ = first_fit_decreasing(snapshot.demand, bins_of(table, snapshot.alive, vcpus_per_cpu))
+    cpu = table.cpu_usage_pct[idx]
+    usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
+    mem = 100.0 * table.mem_committed_mb[idx] / usable
+    return Sample(
+        at_s=snapshot.at_s,
+        vms=int(table.vm_count.sum()),
+        hosts_used=used,
+        ffd_hosts=ffd,
+        cpu_spread=float(cpu.max() - cpu.min()) if len(idx) else 0.0,
+        cpu_std=float(cpu.std()) if len(idx) else 0.0,
+        mem_spread=float(mem.max() - mem.min()) if len(idx) else 0.0,
+        mem_std=float(mem.std()) if len(idx) else 0.0,
+        vm_count_spread=int(table.vm_count[idx].max() - table.vm_count[idx].min()) if len(idx) else 0,
+        ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
+    )
+
+
+class Recorder:
+    """The sampler a simulation calls: keeps one Sample per sample instant."""
+
+    def __init__(self, vcpus_per_cpu: float | None = None) -> None:
+        self.vcpus_per_cpu = vcpus_per_cpu
+        self.samples: list[Sample] = []
+
+    def __call__(self, snapshot: Snapshot) -> None:
+        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu))
+
+
+# ------------------------------------------------------------------------------ the report
+@dataclass(frozen=True)
+class PolicyReport:
+    policy: str
+    hosts: int
+    arrivals: int
+    placed: int
+    failed: int
+    #: Filter -> failed placements in which it removed hosts.
+    failure_reasons: dict[str, int]
+    #: The first few distinct failure summaries, as the decisions said them.
+    failure_examples: list[str]
+    departures: int
+    host_failures: int
+    vms_lost: int
+    ha_vms_lost: int
+    hosts_used_mean: float
+    hosts_used_max: int
+    hosts_used_final: int
+    ffd_hosts_mean: float
+    ffd_hosts_final: int
+    #: Mean over samples with VMs of hosts used / FFD hosts (1.0: as tight as the packing bound).
+    packing_ratio_mean: float
+    packing_ratio_max: float
+    cpu_spread_mean: float
+    cpu_spread_max: float
+    cpu_std_mean: float
+    mem_spread_mean: float
+    mem_spread_max: float
+    mem_std_mean: float
+    vm_count_spread_final: int
+    ha_per_host_max_final: int
+    sim_hours: float
+    wall_s: float
+    #: Of wall_s, the sampler's (the packing bound, the spreads).
+    sampling_s: float
+    vm_events: int
+    #: VM events (arrivals and departures) per wall second of the simulation without the sampler.
+    vm_events_per_s: float
+    speedup: float
+    samples: list[Sample] = field(default_factory=list)
+
+    def as_json(self, *, with_samples: bool = True) -> dict[str, Any]:
+        data = asdict(self)
+        if not with_samples:
+            del data["samples"]
+        return data
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if values else 0.0
+
+
+def _max(values: Sequence[float]) -> float:
+    return float(np.max(values)) if values else 0.0
+
+
+def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, samples: Sequence[Sample]) -> PolicyReport:
+    reasons: Counter[str] = Counter()
+    examples: list[str] = []
+    for f in counts.failures:
+        reasons.update(f.filters)
+        if f.summary not in examples and len(examples) < 3:
+            examples.append(f.summary)
+    busy = [s for s in samples if s.vms > 0]
+    ratios = [s.hosts_used / s.ffd_hosts for s in busy if s.ffd_hosts > 0]
+    last = samples[-1] if samples else None
+    wall = max(timing.wall_s, 1e-9)
+    engine = max(timing.wall_s - timing.sampling_s, 1e-9)
+    return PolicyReport(
+        policy=policy,
+        hosts=hosts,
+        arrivals=counts.arrivals,
+        placed=counts.placed,
+        failed=len(counts.failures),
+        failure_reasons=dict(reasons.most_common()),
+        failure_examples=examples,
+        departures=counts.departures,
+        host_failures=counts.host_failures,
+        vms_lost=counts.vms_lost,
+        ha_vms_lost=counts.ha_vms_lost,
+        hosts_used_mean=round(_mean([s.hosts_used for s in busy]), 2),
+        hosts_used_max=max((s.hosts_used for s in samples), default=0),
+        hosts_used_final=last.hosts_used if last else 0,
+        ffd_hosts_mean=round(_mean([s.ffd_hosts for s in busy]), 2),
+        ffd_hosts_final=last.ffd_hosts if last else 0,
+        packing_ratio_mean=round(_mean(ratios), 3),
+        packing_ratio_max=round(_max(ratios), 3),
+        cpu_spread_mean=round(_mean([s.cpu_spread for s in busy]), 2),
+        cpu_spread_max=round(_max([s.cpu_spread for s in busy]), 2),
+        cpu_std_mean=round(_mean([s.cpu_std for s in busy]), 2),
+        mem_spread_mean=round(_mean([s.mem_spread for s in busy]), 2),
+        mem_spread_max=round(_max([s.mem_spread for s in busy]), 2),
+        mem_std_mean=round(_mean([s.mem_std for s in busy]), 2),
+        vm_count_spread_final=last.vm_count_spread if last else 0,
+        ha_per_host_max_final=last.ha_per_host_max if last else 0,
+        sim_hours=round(timing.sim_s / 3600.0, 3),
+        wall_s=round(timing.wall_s, 3),
+        sampling_s=round(timing.sampling_s, 3),
+        vm_events=counts.vm_events,
+        vm_events_per_s=round(counts.vm_events / engine, 1),
+        speedup=round(timing.sim_s / wall, 1),
+        samples=list(samples),
+    )
+
+
+#: (label, attribute, format) of the rows of the side-by-side table.
+ROWS: tuple[tuple[str, str, str], ...] = (
+    ("VMs placed / asked", "placed_of", "{}"),
+    ("placement failures", "failed", "{}"),
+    ("hosts used (mean)", "hosts_used_mean", "{:.1f}"),
+    ("hosts used (max / end)", "hosts_used_span", "{}"),
+    ("FFD bound (mean)", "ffd_hosts_mean", "{:.1f}"),
+    ("used / FFD (mean, max)", "ratio_span", "{}"),
+    ("CPU spread max-min % (mean)", "cpu_spread_mean", "{:.1f}"),
+    ("CPU spread max-min % (worst)", "cpu_spread_max", "{:.1f}"),
+    ("CPU std % (mean)", "cpu_std_mean", "{:.1f}"),
+    ("mem spread max-min % (mean)", "mem_spread_mean", "{:.1f}"),
+    ("mem spread max-min % (worst)", "mem_spread_max", "{:.1f}"),
+    ("VM count spread (end)", "vm_count_spread_final", "{}"),
+    ("HA VMs on one host, most (end)", "ha_per_host_max_final", "{}"),
+    ("VMs lost to host failures", "lost", "{}"),
+    ("simulated hours", "sim_hours", "{:.1f}"),
+    ("wall s (of it sampling)", "wall_span", "{}"),
+    ("VM events / s (engine)", "vm_events_per_s", "{:,.0f}"),
+)
+
+
+def _cell(r: PolicyReport, attr: str, fmt: str) -> str:
+    if attr == "placed_of":
+        return f"{r.placed} / {r.arrivals}"
+    if attr == "hosts_used_span":
+        return f"{r.hosts_used_max} / {r.hosts_used_final}"
+    if attr == "ratio_span":
+        return f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"
+    if attr == "wall_span":
+        return f"{r.wall_s:.2f} ({r.sampling_s:.2f})"
+    if attr == "lost":
+        return f"{r.vms_lost} ({r.ha_vms_lost} HA)"
+    return fmt.format(getattr(r, attr))
+
+
+def render_table(title: str, reports: Sequence[PolicyReport]) -> str:
+    """One column per policy, side by side, then each policy's failure reasons."""
+    header = ["", *(r.policy for r in reports)]
+    rows = [header] + [[label, *(_cell(r, attr, fmt) for r in reports)] for label, attr, fmt in ROWS]
+    widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
+    lines = [title, ""]
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0]), *(cell.rjust(w) for cell, w in zip(row[1:], widths[1:], strict=True))]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    for r in reports:
+        if r.failed:
+            reasons = ", ".join(f"{name} {n}" for name, n in r.failure_reasons.items())
+            lines.append(f"\n{r.policy}: {r.failed} not placed; filters that removed hosts: {reasons}")
+            lines.extend(f"  e.g. {e}" for e in r.failure_examples)
+    return "\n".join(lines)
+
+
+__all__ = [
+    "PolicyReport",
+    "Recorder",
+    "Sample",
+    "bins_of",
+    "first_fit_decreasing",
+    "policy_report",
+    "render_table",
+    "sample_of",
+]

@@ -1,0 +1,233 @@
+"""What a simulation replays: a cluster's hosts and what happens to it over time.
+
+A workload is plain data, written by hand (YAML or JSON), by the generator, or shipped as a
+built-in scenario. Times are seconds from the workload's start; the simulated clock is
+`start` plus them, so units that judge time (CPU overload duration) see ordinary unix times.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from vmsched.contracts.base import Id
+from vmsched.errors import InvalidRequest
+
+#: Bumped when a field changes meaning; a file names the version it was written for.
+WORKLOAD_VERSION = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class HostSpec(_Model):
+    """A host, or `count` identical ones named `id` + a zero-padded number (h001, h002, ...)."""
+
+    id: Id = Field(description="The host's id (the prefix when count > 1).")
+    count: int = Field(1, ge=1, le=100_000, description="How many identical hosts this entry stands for.")
+    cpu_cores: int = Field(ge=1, le=100_000, description="Physical CPU cores.")
+    cpu_threads: int = Field(0, ge=0, le=200_000, description="Hardware threads (0: unknown).")
+    mem_mb: int = Field(ge=1, le=1 << 40, description="Physical memory, MB.")
+    reserved_mem_mb: int = Field(321, ge=0, le=1 << 40, description="Memory the host keeps for itself, MB.")
+    networks: list[Id] = Field(default_factory=list, description="Networks the host is attached to.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Host labels (availability_zone, ...).")
+    is_spm: bool = Field(False, description="oVirt's Storage Pool Manager (counts as busier).")
+
+    def ids(self) -> list[str]:
+        if self.count == 1:
+            return [self.id]
+        width = len(str(self.count))
+        return [f"{self.id}{n:0{width}d}" for n in range(1, self.count + 1)]
+
+
+class AffinityGroupSpec(_Model):
+    """A VM-to-VM affinity group; its members are the arrivals that name it."""
+
+    id: Id
+    positive: bool = Field(description="True: keep the members together; False: keep them apart.")
+    enforcing: bool = Field(False, description="True: a hard rule (a filter); False: soft (a weight).")
+
+
+class VmArrival(_Model):
+    """A VM asked for at `at_s`; it leaves after `lifetime_s` (never, when null) or at a departure."""
+
+    at_s: float = Field(ge=0, description="When the VM is asked for, seconds from the start.")
+    vm_id: Id
+    mem_mb: int = Field(ge=1, le=1 << 34, description="The VM's memory, MB.")
+    vcpus: int = Field(ge=1, le=4096)
+    ha: bool = Field(False, description="Highly available.")
+    cpu_usage_pct: float = Field(0.0, ge=0, le=100, description="The VM's CPU load once running, % of its vCPUs.")
+    networks: list[Id] = Field(default_factory=list, description="Networks the VM needs.")
+    affinity_groups: list[Id] = Field(default_factory=list, description="Ids of affinity groups it belongs to.")
+    pinned_hosts: list[Id] = Field(
+        default_factory=list, description="Hosts it may run on (PinToHost; a scenario's starting layout)."
+    )
+    lifetime_s: float | None = Field(None, gt=0, description="Seconds it runs before it leaves; null: it stays.")
+
+
+class VmDeparture(_Model):
+    at_s: float = Field(ge=0)
+    vm_id: Id
+
+
+class HostFailure(_Model):
+    """The host goes down at `at_s` and its VMs are lost; it comes back (empty) after `repair_s`."""
+
+    at_s: float = Field(ge=0)
+    host_id: Id
+    repair_s: float | None = Field(None, gt=0, description="Seconds until it is up again; null: never.")
+
+
+class MaintenanceWindow(_Model):
+    """The host takes no new VMs from `start_s` to `end_s` (its running VMs stay, in this version)."""
+
+    host_id: Id
+    start_s: float = Field(ge=0)
+    end_s: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> MaintenanceWindow:
+        if self.end_s <= self.start_s:
+            raise ValueError(f"end_s {self.end_s} is not after start_s {self.start_s}")
+        return self
+
+
+class ClusterSettings(_Model):
+    memory_overcommit_pct: int = Field(100, ge=1, le=1000)
+    count_threads_as_cores: bool = False
+    vcpus_per_cpu: float | None = Field(
+        None,
+        gt=0,
+        description="vCPUs a host CPU may carry in the packing bound; null: no limit (the CPU filter limits "
+        "only one VM's vCPUs to the host's CPUs).",
+    )
+
+
+class Workload(_Model):
+    """A datacenter to replay: hosts, VM arrivals and departures, host failures and maintenance."""
+
+    version: int = Field(WORKLOAD_VERSION, ge=1, le=WORKLOAD_VERSION)
+    name: str = Field("workload", min_length=1, max_length=200)
+    description: str = ""
+    start: datetime = Field(
+        datetime(2026, 1, 5, tzinfo=UTC), description="The simulated clock's origin (ISO 8601 with an offset)."
+    )
+    duration_s: float | None = Field(None, gt=0, description="How long to simulate; null: until the last event.")
+    sample_interval_s: float = Field(300.0, gt=0, description="How often the report samples the cluster.")
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    policy_properties: dict[str, str] = Field(
+        default_factory=dict,
+        description="Policy properties set over every simulated policy's own (a scenario's chosen thresholds).",
+    )
+    hosts: list[HostSpec] = Field(min_length=1)
+    affinity_groups: list[AffinityGroupSpec] = Field(default_factory=list)
+    arrivals: list[VmArrival] = Field(default_factory=list)
+    departures: list[VmDeparture] = Field(default_factory=list)
+    failures: list[HostFailure] = Field(default_factory=list)
+    maintenance: list[MaintenanceWindow] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        host_ids = self.host_ids()
+        known = set(host_ids)
+        if len(known) != len(host_ids):
+            raise ValueError("host ids repeat (after expanding counts)")
+        vm_ids = [a.vm_id for a in self.arrivals]
+        if len(set(vm_ids)) != len(vm_ids):
+            raise ValueError("an arrival's vm_id repeats")
+        for where, host in self._host_refs():
+            if host not in known:
+                raise ValueError(f"{where}: unknown host {host!r}")
+        groups = {g.id for g in self.affinity_groups}
+        for where, group in self._group_refs():
+            if group not in groups:
+                raise ValueError(f"{where}: unknown affinity group {group!r}")
+        vms = set(vm_ids)
+        for n, d in enumerate(self.departures):
+            if d.vm_id not in vms:
+                raise ValueError(f"departures.{n}: unknown VM {d.vm_id!r}")
+        return self
+
+    def _host_refs(self) -> Iterator[tuple[str, str]]:
+        for n, f in enumerate(self.failures):
+            yield f"failures.{n}", f.host_id
+        for n, m in enumerate(self.maintenance):
+            yield f"maintenance.{n}", m.host_id
+        for n, a in enumerate(self.arrivals):
+            for host in a.pinned_hosts:
+                yield f"arrivals.{n}.pinned_hosts", host
+
+    def _group_refs(self) -> Iterator[tuple[str, str]]:
+        for n, a in enumerate(self.arrivals):
+            for g in a.affinity_groups:
+                yield f"arrivals.{n}.affinity_groups", g
+
+    def host_ids(self) -> list[str]:
+        return [h for spec in self.hosts for h in spec.ids()]
+
+    def end_s(self) -> float:
+        """When the simulation stops: `duration_s`, or the last event."""
+        if self.duration_s is not None:
+            return self.duration_s
+        times = [0.0]
+        times += [a.at_s + (a.lifetime_s or 0.0) for a in self.arrivals]
+        times += [d.at_s for d in self.departures]
+        times += [f.at_s + (f.repair_s or 0.0) for f in self.failures]
+        times += [m.end_s for m in self.maintenance]
+        return max(times)
+
+
+def workload_schema() -> dict[str, Any]:
+    """The JSON Schema of a workload file (docs/workload.schema.json is this, written out)."""
+    schema = Workload.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://vmsched.dev/schemas/workload.schema.json"
+    return schema
+
+
+def schema_text() -> str:
+    return json.dumps(workload_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def parse_workload(text: str, source: str = "workload") -> Workload:
+    """A workload from YAML or JSON text (JSON is YAML); InvalidRequest names `source` and the field."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise InvalidRequest(f"{source}: not valid YAML or JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise InvalidRequest(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
+    try:
+        return Workload.model_validate(raw)
+    except ValidationError as exc:
+        lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'the top level'}: {e['msg']}" for e in exc.errors()[:20]]
+        raise InvalidRequest(f"{source}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
+
+
+def dump_workload(workload: Workload) -> str:
+    """The workload as YAML (what `parse_workload` reads back to an equal workload)."""
+    data = workload.model_dump(mode="json", exclude_defaults=True)
+    return yaml.safe_dump(data, sort_keys=False, width=120)
+
+
+__all__ = [
+    "WORKLOAD_VERSION",
+    "AffinityGroupSpec",
+    "ClusterSettings",
+    "HostFailure",
+    "HostSpec",
+    "MaintenanceWindow",
+    "VmArrival",
+    "VmDeparture",
+    "Workload",
+    "dump_workload",
+    "parse_workload",
+    "schema_text",
+    "workload_schema",
+]
