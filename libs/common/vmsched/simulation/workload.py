@@ -7,6 +7,8 @@ built-in scenario. Times are seconds from the workload's start; the simulated cl
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -195,12 +197,95 @@ def schema_text() -> str:
     return json.dumps(workload_schema(), indent=2, sort_keys=True) + "\n"
 
 
+#: The columns of a CSV workload: one row per host or event, `kind` saying which; a row fills the
+#: columns its kind uses. Lists (networks, affinity_groups, pinned_hosts) are separated by ";".
+CSV_COLUMNS: tuple[str, ...] = (
+    "kind",  # host | arrival | departure | failure | maintenance
+    "id",  # the host's id (host, failure, maintenance) or the VM's (arrival, departure)
+    "at_s",  # arrival, departure, failure; maintenance: its start
+    "end_s",  # maintenance: its end
+    "count",
+    "cpu_cores",
+    "cpu_threads",
+    "mem_mb",
+    "vcpus",
+    "ha",
+    "cpu_usage_pct",
+    "networks",
+    "affinity_groups",
+    "pinned_hosts",
+    "lifetime_s",
+    "repair_s",
+)
+_CSV_FIELDS: dict[str, tuple[str, dict[str, str]]] = {
+    # kind -> (the workload's list, column -> field)
+    "host": (
+        "hosts",
+        {
+            "id": "id",
+            "count": "count",
+            "cpu_cores": "cpu_cores",
+            "cpu_threads": "cpu_threads",
+            "mem_mb": "mem_mb",
+            "networks": "networks",
+        },
+    ),
+    "arrival": (
+        "arrivals",
+        {
+            "id": "vm_id",
+            "at_s": "at_s",
+            "mem_mb": "mem_mb",
+            "vcpus": "vcpus",
+            "ha": "ha",
+            "cpu_usage_pct": "cpu_usage_pct",
+            "networks": "networks",
+            "affinity_groups": "affinity_groups",
+            "pinned_hosts": "pinned_hosts",
+            "lifetime_s": "lifetime_s",
+        },
+    ),
+    "departure": ("departures", {"id": "vm_id", "at_s": "at_s"}),
+    "failure": ("failures", {"id": "host_id", "at_s": "at_s", "repair_s": "repair_s"}),
+    "maintenance": ("maintenance", {"id": "host_id", "at_s": "start_s", "end_s": "end_s"}),
+}
+_CSV_LISTS = frozenset({"networks", "affinity_groups", "pinned_hosts"})
+
+
+def _csv_workload(text: str, source: str) -> dict[str, Any]:
+    """The raw workload of a CSV file (validated by the caller like any other)."""
+    reader = csv.DictReader(io.StringIO(text))
+    unknown = sorted(set(reader.fieldnames or ()) - set(CSV_COLUMNS))
+    if not reader.fieldnames or "kind" not in reader.fieldnames or unknown:
+        raise InvalidRequest(
+            f"{source}: a CSV workload needs a header with 'kind' and columns among {', '.join(CSV_COLUMNS)}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+    raw: dict[str, Any] = {"name": source.rsplit("/", 1)[-1]}
+    for line, row in enumerate(reader, start=2):
+        kind = (row.get("kind") or "").strip()
+        if kind not in _CSV_FIELDS:
+            raise InvalidRequest(f"{source}: line {line}: kind {kind!r} is not one of {', '.join(_CSV_FIELDS)}")
+        section, fields = _CSV_FIELDS[kind]
+        entry: dict[str, Any] = {}
+        for column, field in fields.items():
+            value = (row.get(column) or "").strip()
+            if value:
+                entry[field] = [v.strip() for v in value.split(";") if v.strip()] if column in _CSV_LISTS else value
+        raw.setdefault(section, []).append(entry)
+    return raw
+
+
 def parse_workload(text: str, source: str = "workload") -> Workload:
-    """A workload from YAML or JSON text (JSON is YAML); InvalidRequest names `source` and the field."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(f"{source}: not valid YAML or JSON: {exc}") from None
+    """A workload from YAML or JSON text (JSON is YAML), or CSV when `source` ends in .csv
+    (CSV_COLUMNS); InvalidRequest names `source`, and the line or field."""
+    if source.lower().endswith(".csv"):
+        raw: Any = _csv_workload(text, source)
+    else:
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidRequest(f"{source}: not valid YAML or JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
     try:
@@ -217,6 +302,7 @@ def dump_workload(workload: Workload) -> str:
 
 
 __all__ = [
+    "CSV_COLUMNS",
     "WORKLOAD_VERSION",
     "AffinityGroupSpec",
     "ClusterSettings",
