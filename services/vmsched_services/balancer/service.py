@@ -24,18 +24,15 @@ from vmsched.contracts import (
     MigrationDecision,
     PowerAction,
     PowerActionKind,
-    RequestKind,
     ScheduleDecision,
-    ScheduleRequest,
     VmReport,
-    VmSpec,
-    VmStatus,
 )
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.metrics import BALANCE_MIGRATIONS, BALANCE_PASSES, BALANCE_POWER_ACTIONS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
+from vmsched.scheduling.balancing import balance_pass, migration_candidates, migration_request, movable_vms
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.base import Migration, PowerChange
@@ -73,12 +70,12 @@ class Balancer:
             pending = await self.pending.read(cluster)
             table = HostTable.from_states(state.hosts, state.settings).with_pending(pending, now=time.time())
             movable = await self._movable(cluster, state.vms, {e.vm_id for e in pending})
-            outcome = unit.balance(table, movable, props)
+            pick = balance_pass(unit, props, table, movable)
             if attempt == 0:
-                await self._advise_power(cluster, unit.name, policy.name, outcome.power)
-            if outcome.migration is None:
+                await self._advise_power(cluster, unit.name, policy.name, pick.power)
+            if pick.migration is None or pick.vm is None:
                 break
-            migration = await self._migrate(cluster, unit.name, policy.name, outcome.migration, movable)
+            migration = await self._migrate(cluster, unit.name, policy.name, pick.migration, pick.vm)
             if migration is None:
                 break
             published.append(migration)
@@ -102,10 +99,9 @@ class Balancer:
             BALANCE_POWER_ACTIONS.labels(change.action).inc()
 
     async def _migrate(
-        self, cluster: str, unit: str, policy: str, pick: Migration, movable: list[VmReport]
+        self, cluster: str, unit: str, policy: str, pick: Migration, vm: VmReport
     ) -> MigrationDecision | None:
         """Ask the selector for a target for the unit's pick; publish the migration if one is found."""
-        vm = next(v for v in movable if v.vm_id == pick.vm_id)
         # Hosts where this VM's start or migration failed lately are not tried again.
         tried = await self.failed_hosts.of(cluster, vm.vm_id)
         candidates = tuple(h for h in pick.candidates if h not in tried)
@@ -145,39 +141,16 @@ class Balancer:
 
     async def _movable(self, cluster: str, vms: list[VmReport], in_flight: set[str]) -> list[VmReport]:
         """Running, migratable VMs that are neither in flight nor resting after a migration."""
-        candidates = [
-            v
-            for v in vms
-            if v.status is VmStatus.RUNNING and v.migratable and v.host_id is not None and v.vm_id not in in_flight
-        ]
+        candidates = migration_candidates(vms, in_flight)
         if not candidates:
             return []
         resting = await self.cooldowns.resting(cluster, [v.vm_id for v in candidates])
-        return [v for v in candidates if v.vm_id not in resting]
+        return movable_vms(candidates, (), resting)
 
     async def _schedule(
         self, cluster: str, vm: VmReport, source: str, candidates: tuple[str, ...], tried: list[str]
     ) -> ScheduleDecision:
-        request = ScheduleRequest(
-            request_id=uuid.uuid4(),
-            cluster_id=cluster,
-            kind=RequestKind.MIGRATE,
-            vm=VmSpec(
-                vm_id=vm.vm_id,
-                mem_mb=vm.mem_mb,
-                overhead_mb=vm.overhead_mb,
-                vcpus=vm.vcpus,
-                exclusive_cpus=vm.exclusive_cpus,
-                cpu_usage_pct=vm.cpu_usage_pct,
-                networks=vm.networks,
-                ha=vm.ha,
-                current_host=source,
-                tried_hosts=tried,
-            ),
-            # The source stays in the whitelist so the Migration filter says why it is not chosen.
-            whitelist=[*candidates, source],
-            explain_scores=False,
-        )
+        request = migration_request(uuid.uuid4(), cluster, vm, source, candidates, tried)
         return await self.rt.bus.call(c.RPC_SCHEDULE, request, ScheduleDecision)
 
 

@@ -1,0 +1,105 @@
+"""One balancing pass without I/O: which VM to move, where it may go, and the power advice.
+
+The balancer service reads the cluster (state, pending, cool-downs, hosts a VM failed on) and then
+calls these; the simulation calls them on its own view of the cluster, so both pick the same VM
+from the same inputs and ask `place` the same migration request.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from vmsched.contracts import RequestKind, ScheduleRequest, VmReport, VmSpec, VmStatus
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.units import get_unit
+from vmsched.scheduling.units.base import Migration, PolicyUnit, PowerChange, Props
+
+
+@dataclass(frozen=True)
+class BalancePick:
+    """What a pass decided: the migration to attempt (the unit's pick and the picked VM's report),
+    or none; and power saving's advice."""
+
+    vm: VmReport | None
+    migration: Migration | None
+    power: tuple[PowerChange, ...]
+
+
+def balance_unit_of(policy: Policy) -> PolicyUnit | None:
+    """The policy's balance unit, or None when it names none (an unknown name raises, as get_unit does)."""
+    return None if policy.balance is None else get_unit(policy.balance)
+
+
+def migration_candidates(vms: Sequence[VmReport], in_flight: Collection[str]) -> list[VmReport]:
+    """Running, migratable VMs on a host that are not in flight (before cool-downs are checked)."""
+    return [
+        v
+        for v in vms
+        if v.status is VmStatus.RUNNING and v.migratable and v.host_id is not None and v.vm_id not in in_flight
+    ]
+
+
+def movable_vms(vms: Sequence[VmReport], in_flight: Collection[str], resting: Collection[str]) -> list[VmReport]:
+    """The VMs a balance unit may move: candidates that are not resting after a migration."""
+    return [v for v in migration_candidates(vms, in_flight) if v.vm_id not in resting]
+
+
+def balance_pass(
+    unit: PolicyUnit,
+    props: Props,
+    table: HostTable,
+    movable: Sequence[VmReport],
+) -> BalancePick:
+    """Run `unit` on `table` (pending folded in) with the VMs it may move (`movable_vms`)."""
+    if unit.balance is None:
+        return BalancePick(None, None, ())
+    outcome = unit.balance(table, movable, props)
+    if outcome.migration is None:
+        return BalancePick(None, None, outcome.power)
+    pick = outcome.migration
+    vm = next(v for v in movable if v.vm_id == pick.vm_id)
+    return BalancePick(vm, pick, outcome.power)
+
+
+def migration_request(
+    request_id: uuid.UUID,
+    cluster: str,
+    vm: VmReport,
+    source: str,
+    candidates: Sequence[str],
+    tried: Sequence[str] = (),
+) -> ScheduleRequest:
+    """The schedule request that finds the target of a balancing migration."""
+    return ScheduleRequest(
+        request_id=request_id,
+        cluster_id=cluster,
+        kind=RequestKind.MIGRATE,
+        vm=VmSpec(
+            vm_id=vm.vm_id,
+            mem_mb=vm.mem_mb,
+            overhead_mb=vm.overhead_mb,
+            vcpus=vm.vcpus,
+            exclusive_cpus=vm.exclusive_cpus,
+            cpu_usage_pct=vm.cpu_usage_pct,
+            networks=vm.networks,
+            ha=vm.ha,
+            current_host=source,
+            tried_hosts=list(tried),
+        ),
+        # The source stays in the whitelist so the Migration filter says why it is not chosen.
+        whitelist=[*candidates, source],
+        explain_scores=False,
+    )
+
+
+__all__ = [
+    "BalancePick",
+    "balance_pass",
+    "balance_unit_of",
+    "migration_candidates",
+    "migration_request",
+    "movable_vms",
+]
