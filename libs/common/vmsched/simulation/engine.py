@@ -3,9 +3,14 @@
 The cluster's state is kept as the state tracker keeps it (each host's report plus the
 aggregates of its VMs, `aggregate_host`), as a HostTable updated row by row; each arrival is
 placed by `place`, the one decision function the selector runs, with the policy's local filter
-and weigh steps. A placed VM runs at once (nothing stays pending): a start delay, balancing with
-migrations after a modelled delay, HA-reservation checks and power advice are for a later
-version, which adds event kinds to this loop.
+and weigh steps. A placed VM runs at once (nothing stays pending).
+
+When the policy has a balance unit, a balancing pass runs every `balance_interval_s`: the pass the
+balancer service runs (`balance_pass`, on the VMs not in flight nor resting), whose pick is given
+a target by `place` with the migration request the service sends the selector. The VM is then in
+flight (pending on its target, not picked again) until it moves `migration_delay_s` later, and
+rests for `migration_cooldown_s` from the decision, as the service's cool-down does. Power advice
+is counted, never carried out. A start delay and HA-reservation checks are for a later version.
 """
 
 from __future__ import annotations
@@ -32,11 +37,13 @@ from vmsched.contracts import (
     VmSpec,
     VmStatus,
 )
+from vmsched.scheduling.balancing import balance_pass, balance_unit_of, migration_request, movable_vms
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceable, place, top_hosts
 from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.units import validate_properties
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
 from vmsched.store.state_records import aggregate_host
 
@@ -54,8 +61,10 @@ class Kind(IntEnum):
     MAINTENANCE_START = 2
     MAINTENANCE_END = 3
     DEPART = 4
-    ARRIVE = 5
-    SAMPLE = 6
+    MIGRATION_DONE = 5
+    ARRIVE = 6
+    BALANCE = 7
+    SAMPLE = 8
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,21 @@ class Counts:
     vms_lost: int = 0
     ha_vms_lost: int = 0
     failures: list[Failure] = field(default_factory=list)
+    balance_passes: int = 0
+    #: Migrations decided (a target found), completed, and dropped before completing (the VM left
+    #: its source or the target went down meanwhile).
+    migrations_started: int = 0
+    migrations: int = 0
+    migrations_aborted: int = 0
+    #: Picks for which `place` found no target.
+    migrations_unplaced: int = 0
+    #: Migrations back to a host the VM left within its cool-down (counted from the decision that
+    #: moved it off, as the service's cool-down is): the cool-down should make these 0.
+    ping_pongs: int = 0
+    #: Migrations back to a host the VM had left, at any time.
+    returns: int = 0
+    #: Power saving's advice (power a host on or off), counted and not carried out.
+    power_advice: int = 0
 
     @property
     def vm_events(self) -> int:
@@ -98,6 +122,16 @@ class Snapshot:
 
 #: Called at every sample instant.
 Sampler = Callable[[Snapshot], None]
+
+
+@dataclass(frozen=True)
+class Flight:
+    """A migration decided and not yet completed."""
+
+    source: str
+    target: str
+    decided_s: float
+    pending: PendingEntry
 
 
 def host_report(spec: HostSpec, host_id: str) -> HostReport:
@@ -186,6 +220,15 @@ class Simulation:
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = 0
         self._requests = 0
+        self._unit = balance_unit_of(policy)
+        if self._unit is not None and self._unit.balance is None:
+            self._unit = None
+        self._props = validate_properties(self._unit, policy.properties) if self._unit is not None else {}
+        self._in_flight: dict[str, Flight] = {}
+        #: VM -> simulated second its cool-down ends.
+        self._rest_until: dict[str, float] = {}
+        #: VM -> (host, simulated second of the decision that moved it off) for each host it left.
+        self._left: dict[str, dict[str, float]] = {}
         #: Wall seconds spent in the sampler (the report's own work, not the simulation's).
         self.sampling_s = 0.0
 
@@ -284,6 +327,11 @@ class Simulation:
         for m in w.maintenance:
             self._push(m.start_s, Kind.MAINTENANCE_START, m.host_id)
             self._push(m.end_s, Kind.MAINTENANCE_END, m.host_id)
+        if self._unit is not None:
+            t = w.balance_interval_s
+            while t <= end:
+                self._push(t, Kind.BALANCE, None)
+                t += w.balance_interval_s
         t = 0.0
         while t <= end:
             self._push(t, Kind.SAMPLE, None)
@@ -316,6 +364,10 @@ class Simulation:
         elif kind is Kind.MAINTENANCE_END:
             self._maintenance[payload] -= 1
             self._changed(payload)
+        elif kind is Kind.BALANCE:
+            await self._balance()
+        elif kind is Kind.MIGRATION_DONE:
+            self._migration_done(payload)
         elif self.sampler is not None:
             table = self.current_table()
             alive = tuple(h for h in table.ids if h not in self._down)
@@ -332,7 +384,7 @@ class Simulation:
         vm = self.vm_spec(arrival)
         self._requests += 1
         request = ScheduleRequest(request_id=uuid.UUID(int=self._requests), cluster_id=CLUSTER_ID, vm=vm)
-        outcome = await self.decide(self.current_table(), request, self.origin + self.clock)
+        outcome = await self.decide(self.decision_table(), request, self.origin + self.clock)
         if isinstance(outcome, Placed):
             host_id = outcome.placements[0].host_id
             self._start(arrival, host_id)
@@ -366,6 +418,7 @@ class Simulation:
         self._changed(host_id, load=True)
 
     def _remove(self, vm_id: str) -> VmReport | None:
+        self._in_flight.pop(vm_id, None)  # a migration of a VM that is gone has nothing to move
         host_id = self._where.pop(vm_id, None)
         if host_id is None:
             return None
@@ -392,6 +445,95 @@ class Simulation:
             self.counts.vms_lost += 1
             self.counts.ha_vms_lost += report.ha
         self._changed(host_id, load=True)
+
+    # ---------------------------------------------------------------------------- balancing
+    def decision_table(self) -> HostTable:
+        """The table a decision sees: every change so far, with in-flight migrations pending on
+        their targets, evaluated now (as the balancer and filter-worker fold pending in)."""
+        return self.current_table().with_pending(self.pending(), now=self.origin + self.clock)
+
+    def pending(self) -> list[PendingEntry]:
+        """The pending records of the migrations in flight (each on its target)."""
+        return [f.pending for f in self._in_flight.values()]
+
+    def vm_reports(self) -> list[VmReport]:
+        """Every running VM, host by host in the workload's order."""
+        return [v for h in self._base for v in self._vms[h].values()]
+
+    def resting(self) -> set[str]:
+        for vm_id in [v for v, until in self._rest_until.items() if until <= self.clock]:
+            del self._rest_until[vm_id]
+        return set(self._rest_until)
+
+    async def _balance(self) -> None:
+        """One balancing pass, as the balancer service runs it for one cluster."""
+        unit = self._unit
+        assert unit is not None
+        self.counts.balance_passes += 1
+        for attempt in range(self.workload.migrations_per_cycle):
+            table = self.decision_table()
+            movable = movable_vms(self.vm_reports(), set(self._in_flight), self.resting())
+            pick = balance_pass(unit, self._props, table, movable)
+            if attempt == 0:
+                self.counts.power_advice += len(pick.power)
+            if pick.migration is None or pick.vm is None:
+                return
+            source = pick.migration.source_host
+            self._requests += 1
+            request = migration_request(
+                uuid.UUID(int=self._requests), CLUSTER_ID, pick.vm, source, pick.migration.candidates
+            )
+            now = self.origin + self.clock
+            outcome = await self.decide(table, request, now)
+            if not isinstance(outcome, Placed):
+                self.counts.migrations_unplaced += 1
+                return
+            target = outcome.placements[0].host_id
+            self._migrate(request, source, target)
+
+    def _migrate(self, request: ScheduleRequest, source: str, target: str) -> None:
+        vm = request.vm
+        cost = vm_cost(vm)
+        delay = self.workload.migration_delay_s
+        left = self._left.get(vm.vm_id, {})
+        if target in left:
+            self.counts.returns += 1
+            if self.clock - left[target] < self.workload.migration_cooldown_s:
+                self.counts.ping_pongs += 1
+        self._rest_until[vm.vm_id] = self.clock + self.workload.migration_cooldown_s
+        self._in_flight[vm.vm_id] = Flight(
+            source=source,
+            target=target,
+            decided_s=self.clock,
+            pending=PendingEntry(
+                vm_id=vm.vm_id,
+                host_id=target,
+                mem_mb=cost.mem_mb,
+                vcpus=cost.vcpus,
+                cpus_pinned=cost.cpus_pinned,
+                request_id=request.request_id,
+                fencing_token=0,
+                # Outlives the migration: the pending record goes when the VM has moved.
+                expires_at=self.origin + self.clock + delay + 3600.0,
+            ),
+        )
+        self.counts.migrations_started += 1
+        self._push(self.clock + delay, Kind.MIGRATION_DONE, vm.vm_id)
+
+    def _migration_done(self, vm_id: str) -> None:
+        flight = self._in_flight.pop(vm_id, None)
+        if flight is None:  # the VM went away meanwhile
+            return
+        if self._where.get(vm_id) != flight.source or flight.target in self._down:
+            self.counts.migrations_aborted += 1
+            return
+        report = self._vms[flight.source].pop(vm_id)
+        self._vms[flight.target][vm_id] = report.model_copy(update={"host_id": flight.target})
+        self._where[vm_id] = flight.target
+        self._left.setdefault(vm_id, {})[flight.source] = flight.decided_s
+        self.counts.migrations += 1
+        self._changed(flight.source, load=True)
+        self._changed(flight.target, load=True)
 
 
 def _size(vm: VmReport) -> tuple[float, float, float]:
@@ -422,6 +564,7 @@ __all__ = [
     "CLUSTER_ID",
     "Counts",
     "Failure",
+    "Flight",
     "Kind",
     "Sampler",
     "Simulation",

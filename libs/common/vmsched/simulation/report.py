@@ -148,6 +148,22 @@ class PolicyReport:
     mem_std_mean: float
     vm_count_spread_final: int
     ha_per_host_max_final: int
+    #: Spreads (max-min %) averaged over the samples with VMs in the first and in the last quarter
+    #: of the run: what balancing made of the placements' spread.
+    cpu_spread_first_quarter: float
+    cpu_spread_last_quarter: float
+    mem_spread_first_quarter: float
+    mem_spread_last_quarter: float
+    balance_passes: int
+    #: Migrations completed; per host per simulated hour.
+    migrations: int
+    migrations_per_host_hour: float
+    migrations_unplaced: int
+    migrations_aborted: int
+    #: Migrations back to a host the VM left within its cool-down (should be 0), and at any time.
+    ping_pongs: int
+    returns: int
+    power_advice: int
     sim_hours: float
     wall_s: float
     #: Of wall_s, the sampler's (the packing bound, the spreads).
@@ -183,6 +199,10 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
     busy = [s for s in samples if s.vms > 0]
     ratios = [s.hosts_used / s.ffd_hosts for s in busy if s.ffd_hosts > 0]
     last = samples[-1] if samples else None
+    quarter = timing.sim_s / 4.0
+    first_q = [s for s in busy if s.at_s <= quarter]
+    last_q = [s for s in busy if s.at_s >= timing.sim_s - quarter]
+    host_hours = hosts * timing.sim_s / 3600.0
     wall = max(timing.wall_s, 1e-9)
     engine = max(timing.wall_s - timing.sampling_s, 1e-9)
     return PolicyReport(
@@ -212,6 +232,18 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         mem_std_mean=round(_mean([s.mem_std for s in busy]), 2),
         vm_count_spread_final=last.vm_count_spread if last else 0,
         ha_per_host_max_final=last.ha_per_host_max if last else 0,
+        cpu_spread_first_quarter=round(_mean([s.cpu_spread for s in first_q]), 2),
+        cpu_spread_last_quarter=round(_mean([s.cpu_spread for s in last_q]), 2),
+        mem_spread_first_quarter=round(_mean([s.mem_spread for s in first_q]), 2),
+        mem_spread_last_quarter=round(_mean([s.mem_spread for s in last_q]), 2),
+        balance_passes=counts.balance_passes,
+        migrations=counts.migrations,
+        migrations_per_host_hour=round(counts.migrations / host_hours, 4) if host_hours > 0 else 0.0,
+        migrations_unplaced=counts.migrations_unplaced,
+        migrations_aborted=counts.migrations_aborted,
+        ping_pongs=counts.ping_pongs,
+        returns=counts.returns,
+        power_advice=counts.power_advice,
         sim_hours=round(timing.sim_s / 3600.0, 3),
         wall_s=round(timing.wall_s, 3),
         sampling_s=round(timing.sampling_s, 3),
@@ -235,7 +267,14 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("CPU std % (mean)", "cpu_std_mean", "{:.1f}"),
     ("mem spread max-min % (mean)", "mem_spread_mean", "{:.1f}"),
     ("mem spread max-min % (worst)", "mem_spread_max", "{:.1f}"),
+    ("CPU spread % (1st -> last quarter)", "cpu_quarters", "{}"),
+    ("mem spread % (1st -> last quarter)", "mem_quarters", "{}"),
     ("VM count spread (end)", "vm_count_spread_final", "{}"),
+    ("balancing passes", "balance_passes", "{}"),
+    ("migrations (no target, dropped)", "migration_span", "{}"),
+    ("migrations / host / hour", "migrations_per_host_hour", "{:.4f}"),
+    ("ping-pong in cool-down (returns)", "ping_pong_span", "{}"),
+    ("power advice", "power_advice", "{}"),
     ("HA VMs on one host, most (end)", "ha_per_host_max_final", "{}"),
     ("VMs lost to host failures", "lost", "{}"),
     ("simulated hours", "sim_hours", "{:.1f}"),
@@ -253,6 +292,14 @@ def _cell(r: PolicyReport, attr: str, fmt: str) -> str:
         return f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"
     if attr == "wall_span":
         return f"{r.wall_s:.2f} ({r.sampling_s:.2f})"
+    if attr == "cpu_quarters":
+        return f"{r.cpu_spread_first_quarter:.1f} -> {r.cpu_spread_last_quarter:.1f}"
+    if attr == "mem_quarters":
+        return f"{r.mem_spread_first_quarter:.1f} -> {r.mem_spread_last_quarter:.1f}"
+    if attr == "migration_span":
+        return f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"
+    if attr == "ping_pong_span":
+        return f"{r.ping_pongs} ({r.returns})"
     if attr == "lost":
         return f"{r.vms_lost} ({r.ha_vms_lost} HA)"
     return fmt.format(getattr(r, attr))

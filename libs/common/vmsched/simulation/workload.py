@@ -19,9 +19,17 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from vmsched.contracts.base import Id
 from vmsched.errors import InvalidRequest
+from vmsched.settings import Settings
 
 #: Bumped when a field changes meaning; a file names the version it was written for.
 WORKLOAD_VERSION = 1
+
+#: The balancer service's defaults, so a workload balances as a default deployment does.
+_SERVICE: dict[str, Any] = {
+    n: f.default
+    for n, f in Settings.model_fields.items()
+    if n in ("balance_interval_s", "migration_cooldown_s", "migrations_per_cycle")
+}
 
 
 class _Model(BaseModel):
@@ -122,6 +130,16 @@ class Workload(_Model):
     )
     duration_s: float | None = Field(None, gt=0, description="How long to simulate; null: until the last event.")
     sample_interval_s: float = Field(300.0, gt=0, description="How often the report samples the cluster.")
+    balance_interval_s: float = Field(
+        _SERVICE["balance_interval_s"], gt=0, description="How often the policy's balance unit runs (if it has one)."
+    )
+    migration_delay_s: float = Field(30.0, ge=0, description="How long a balancing migration takes to complete.")
+    migration_cooldown_s: float = Field(
+        _SERVICE["migration_cooldown_s"], ge=0, description="How long a migrated VM rests before it may move again."
+    )
+    migrations_per_cycle: int = Field(
+        _SERVICE["migrations_per_cycle"], ge=0, le=100, description="Most migrations one balancing pass starts."
+    )
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     policy_properties: dict[str, str] = Field(
         default_factory=dict,
