@@ -659,7 +659,8 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         cmd_simulate,
         description="Replay a workload (a file, a built-in scenario, or a generated one) against each --policy "
         "in this process, with the selector's own placement function, and compare them side by side: hosts "
-        "used against first-fit-decreasing, utilisation spread, placement failures and why, speed.",
+        "used against first-fit-decreasing, utilisation spread, placement failures and why, speed; a policy with "
+        "a balance unit also balances (migrations per host per hour, spread by quarter, ping-pong).",
     )
     source = s.add_mutually_exclusive_group()
     source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
