@@ -41,7 +41,7 @@ from vmsched.scheduling.balancing import balance_pass, balance_unit_of, migratio
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
-from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceable, place, top_hosts
+from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceable, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import validate_properties
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
@@ -158,17 +158,7 @@ async def decide(table: HostTable, policy: Policy, request: ScheduleRequest, now
     steps = LocalSteps.of(table, policy, now=now, weigh_in_filter=True, top=top_hosts(request))
 
     def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
-        cost = vm_cost(vm)
-        return PendingEntry(
-            vm_id=vm.vm_id,
-            host_id=host_id,
-            mem_mb=cost.mem_mb,
-            vcpus=cost.vcpus,
-            cpus_pinned=cost.cpus_pinned,
-            request_id=request.request_id,
-            fencing_token=0,
-            expires_at=now + 60.0,
-        )
+        return pending_entry(vm, host_id, request_id=request.request_id, fencing_token=0, expires_at=now + 60.0)
 
     return await place(
         request,
