@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -254,61 +254,49 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
     )
 
 
-#: (label, attribute, format) of the rows of the side-by-side table.
-ROWS: tuple[tuple[str, str, str], ...] = (
-    ("VMs placed / asked", "placed_of", "{}"),
-    ("placement failures", "failed", "{}"),
-    ("hosts used (mean)", "hosts_used_mean", "{:.1f}"),
-    ("hosts used (max / end)", "hosts_used_span", "{}"),
-    ("FFD bound (mean)", "ffd_hosts_mean", "{:.1f}"),
-    ("used / FFD (mean, max)", "ratio_span", "{}"),
-    ("CPU spread max-min % (mean)", "cpu_spread_mean", "{:.1f}"),
-    ("CPU spread max-min % (worst)", "cpu_spread_max", "{:.1f}"),
-    ("CPU std % (mean)", "cpu_std_mean", "{:.1f}"),
-    ("mem spread max-min % (mean)", "mem_spread_mean", "{:.1f}"),
-    ("mem spread max-min % (worst)", "mem_spread_max", "{:.1f}"),
-    ("CPU spread % (1st -> last quarter)", "cpu_quarters", "{}"),
-    ("mem spread % (1st -> last quarter)", "mem_quarters", "{}"),
-    ("VM count spread (end)", "vm_count_spread_final", "{}"),
-    ("balancing passes", "balance_passes", "{}"),
-    ("migrations (no target, dropped)", "migration_span", "{}"),
-    ("migrations / host / hour", "migrations_per_host_hour", "{:.4f}"),
-    ("ping-pong in cool-down (returns)", "ping_pong_span", "{}"),
-    ("power advice", "power_advice", "{}"),
-    ("HA VMs on one host, most (end)", "ha_per_host_max_final", "{}"),
-    ("VMs lost to host failures", "lost", "{}"),
-    ("simulated hours", "sim_hours", "{:.1f}"),
-    ("wall s (of it sampling)", "wall_span", "{}"),
-    ("VM events / s (engine)", "vm_events_per_s", "{:,.0f}"),
+def _arrow(before: float, after: float) -> str:
+    return f"{before:.1f} -> {after:.1f}"
+
+
+#: The rows of the side-by-side table: a label and how one policy's report fills its cell.
+ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
+    ("VMs placed / asked", lambda r: f"{r.placed} / {r.arrivals}"),
+    ("placement failures", lambda r: f"{r.failed}"),
+    ("hosts used (mean)", lambda r: f"{r.hosts_used_mean:.1f}"),
+    ("hosts used (max / end)", lambda r: f"{r.hosts_used_max} / {r.hosts_used_final}"),
+    ("FFD bound (mean)", lambda r: f"{r.ffd_hosts_mean:.1f}"),
+    ("used / FFD (mean, max)", lambda r: f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"),
+    ("CPU spread max-min % (mean)", lambda r: f"{r.cpu_spread_mean:.1f}"),
+    ("CPU spread max-min % (worst)", lambda r: f"{r.cpu_spread_max:.1f}"),
+    ("CPU std % (mean)", lambda r: f"{r.cpu_std_mean:.1f}"),
+    ("mem spread max-min % (mean)", lambda r: f"{r.mem_spread_mean:.1f}"),
+    ("mem spread max-min % (worst)", lambda r: f"{r.mem_spread_max:.1f}"),
+    (
+        "CPU spread % (1st -> last quarter)",
+        lambda r: f"{r.cpu_spread_first_quarter:.1f} -> {r.cpu_spread_last_quarter:.1f}",
+    ),
+    (
+        "mem spread % (1st -> last quarter)",
+        lambda r: f"{r.mem_spread_first_quarter:.1f} -> {r.mem_spread_last_quarter:.1f}",
+    ),
+    ("VM count spread (end)", lambda r: f"{r.vm_count_spread_final}"),
+    ("balancing passes", lambda r: f"{r.balance_passes}"),
+    ("migrations (no target, dropped)", lambda r: f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"),
+    ("migrations / host / hour", lambda r: f"{r.migrations_per_host_hour:.4f}"),
+    ("ping-pong in cool-down (returns)", lambda r: f"{r.ping_pongs} ({r.returns})"),
+    ("power advice", lambda r: f"{r.power_advice}"),
+    ("HA VMs on one host, most (end)", lambda r: f"{r.ha_per_host_max_final}"),
+    ("VMs lost to host failures", lambda r: f"{r.vms_lost} ({r.ha_vms_lost} HA)"),
+    ("simulated hours", lambda r: f"{r.sim_hours:.1f}"),
+    ("wall s (of it sampling)", lambda r: f"{r.wall_s:.2f} ({r.sampling_s:.2f})"),
+    ("VM events / s (engine)", lambda r: f"{r.vm_events_per_s:,.0f}"),
 )
-
-
-def _cell(r: PolicyReport, attr: str, fmt: str) -> str:
-    if attr == "placed_of":
-        return f"{r.placed} / {r.arrivals}"
-    if attr == "hosts_used_span":
-        return f"{r.hosts_used_max} / {r.hosts_used_final}"
-    if attr == "ratio_span":
-        return f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"
-    if attr == "wall_span":
-        return f"{r.wall_s:.2f} ({r.sampling_s:.2f})"
-    if attr == "cpu_quarters":
-        return f"{r.cpu_spread_first_quarter:.1f} -> {r.cpu_spread_last_quarter:.1f}"
-    if attr == "mem_quarters":
-        return f"{r.mem_spread_first_quarter:.1f} -> {r.mem_spread_last_quarter:.1f}"
-    if attr == "migration_span":
-        return f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"
-    if attr == "ping_pong_span":
-        return f"{r.ping_pongs} ({r.returns})"
-    if attr == "lost":
-        return f"{r.vms_lost} ({r.ha_vms_lost} HA)"
-    return fmt.format(getattr(r, attr))
 
 
 def render_table(title: str, reports: Sequence[PolicyReport]) -> str:
     """One column per policy, side by side, then each policy's failure reasons."""
     header = ["", *(r.policy for r in reports)]
-    rows = [header] + [[label, *(_cell(r, attr, fmt) for r in reports)] for label, attr, fmt in ROWS]
+    rows = [header] + [[label, *(cell(r) for r in reports)] for label, cell in ROWS]
     widths = [max(len(row[c]) for row in rows) for c in range(len(header))]
     lines = [title, ""]
     for n, row in enumerate(rows):
