@@ -245,9 +245,9 @@ def test_a_failed_host_loses_its_vms_and_takes_none_until_repaired() -> None:
     assert sim.vms_on("h1") == frozenset({"after"})
 
 
-def test_maintenance_hosts_get_nothing_new_but_keep_their_vms() -> None:
+def test_maintenance_hosts_are_drained_and_get_nothing_new_until_it_ends() -> None:
     w = cluster(
-        vm(0, "old", pinned_hosts=["h2"]),
+        vm(0, "old", pinned_hosts=["h2"]),  # pinned to start there; it may move afterwards
         *(vm(100 + i, f"new{i}", mem_gb=1) for i in range(6)),
         vm(700, "later", pinned_hosts=["h2"]),
         maintenance=[MaintenanceWindow(host_id="h2", start_s=50, end_s=600)],
@@ -255,8 +255,10 @@ def test_maintenance_hosts_get_nothing_new_but_keep_their_vms() -> None:
     sim = Simulation(w, NONE)
     run(sim)
     assert not sim.counts.failures
-    assert sim.vms_on("h2") == frozenset({"old", "later"})
+    assert sim.where("old") in {"h1", "h3"}  # moved off when maintenance began (after the migration delay)
+    assert sim.vms_on("h2") == frozenset({"later"})
     assert {sim.where(f"new{i}") for i in range(6)} == {"h1", "h3"}
+    assert (sim.counts.drain_migrations, sim.counts.migrations, sim.counts.drain_unplaced) == (1, 0, 0)
 
 
 class Checked(Simulation):
@@ -266,10 +268,10 @@ class Checked(Simulation):
 
     checked = 0
 
-    async def decide(self, table: HostTable, request: ScheduleRequest, now: float) -> Outcome:
-        outcome = await super().decide(table, request, now)
-        fresh = HostTable.from_states(self.host_states(), self.settings).with_pending(self.pending(), now=now)
-        again = await decide(fresh, self.policy, request, now)
+    async def decide(self, request: ScheduleRequest, now: float) -> Outcome:
+        outcome = await super().decide(request, now)
+        fresh = HostTable.from_states(self.host_states(), self.settings)
+        again = await decide(fresh, self.policy, request, now, self.pending())
         assert type(again) is type(outcome)
         if isinstance(outcome, Placed):
             assert isinstance(again, Placed)

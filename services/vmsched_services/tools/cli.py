@@ -672,11 +672,17 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     s.add_argument("--hours", type=hours, default=24.0, metavar="H", help="generated: hours simulated (default: 24)")
     s.add_argument("--seed", type=int, default=1, help="generated: random seed (default: 1)")
     s.add_argument(
+        "--ha-reservation",
+        action="store_true",
+        help="generated: the cluster keeps HA reservation (the HA check runs every 5 simulated minutes)",
+    )
+    s.add_argument(
         "--policy",
         action="append",
         default=[],
         metavar="P",
-        help="a built-in policy's name or a policy file (vmsched policy format); repeat to compare (default: none)",
+        help="a built-in policy's name, a policy file (vmsched policy format) or a policy the workload comes with; "
+        "repeat to compare (default: the workload's policies, or none)",
     )
     s.add_argument("--out", metavar="DIR", help="also write report.json (every sample) and workload.yaml here")
     add_json(s, "the numbers")

@@ -13,6 +13,7 @@ import json
 import uuid
 from pathlib import Path
 
+from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedError
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.policy_docs import policy_of
@@ -46,21 +47,40 @@ def workload_of(args: argparse.Namespace) -> Workload:
         if args.scenario not in SCENARIOS:
             raise UsageError(f"no scenario {args.scenario!r}", hint="scenarios: " + ", ".join(sorted(SCENARIOS)))
         return load_scenario(args.scenario)
-    return generate(GeneratorSpec(hosts=args.hosts, vms=args.vms, hours=args.hours, seed=args.seed))
+    spec = GeneratorSpec(
+        hosts=args.hosts, vms=args.vms, hours=args.hours, seed=args.seed, ha_reservation=args.ha_reservation
+    )
+    return generate(spec)
 
 
-def policies_of(names: list[str]) -> list[Policy]:
-    """Each --policy: a built-in policy's name, or a policy file (`vmsched policy` format) whose
-    every policy is simulated; each is checked against the unit catalogue first."""
+def _checked(doc: PolicyDocument, key: str, where: str) -> Policy:
+    policy = policy_of(doc, uuid.uuid5(uuid.NAMESPACE_URL, key))
+    try:
+        policy.validate_against(REGISTRY)
+    except VmschedError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    return policy
+
+
+def policies_of(names: list[str], workload: Workload | None = None) -> list[Policy]:
+    """Each --policy: a policy the workload comes with, a built-in policy's name, or a policy file
+    (`vmsched policy` format) whose every policy is simulated; each is checked against the unit
+    catalogue first. Without --policy: the workload's own policies, or `none`."""
+    own = {d.name: d for d in workload.policies} if workload is not None else {}
+    if not names and own:
+        return [_checked(d, f"workload:{d.name}", f"the workload's policy {d.name}") for d in own.values()]
     out: list[Policy] = []
     for name in names or ["none"]:
+        if name in own:
+            out.append(_checked(own[name], f"workload:{name}", f"the workload's policy {name}"))
+            continue
         if name in BUILTIN_POLICIES:
             out.append(BUILTIN_POLICIES[name])
             continue
         if not Path(name).exists():
             raise UsageError(
                 f"--policy {name}: neither a built-in policy nor a file",
-                hint="built-in: " + ", ".join(BUILTIN_POLICIES),
+                hint="built-in: " + ", ".join(BUILTIN_POLICIES) + "".join(f", {n} (the workload's)" for n in own),
             )
         try:
             docs = read_set(name).policies
@@ -68,13 +88,7 @@ def policies_of(names: list[str]) -> list[Policy]:
             raise UsageError(str(exc)) from None
         if not docs:
             raise UsageError(f"{name}: the file has no policies")
-        for n, doc in enumerate(docs):
-            policy = policy_of(doc, uuid.uuid5(uuid.NAMESPACE_URL, f"{name}#{n}"))
-            try:
-                policy.validate_against(REGISTRY)
-            except VmschedError as exc:
-                raise UsageError(f"{name}: policies.{n}: {exc}") from None
-            out.append(policy)
+        out.extend(_checked(doc, f"{name}#{n}", f"{name}: policies.{n}") for n, doc in enumerate(docs))
     seen = [p.name for p in out]
     if len(set(seen)) != len(seen):
         raise UsageError("two --policy options name policies of the same name: " + ", ".join(seen))
@@ -96,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         print(schema_text(), end="")
         return 0
     workload = workload_of(args)
-    policies = policies_of(args.policy)
+    policies = policies_of(args.policy, workload)
     reports = asyncio.run(run_all(workload, policies))
     hosts = len(workload.host_ids())
     title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {workload.end_s() / 3600:.1f} h"

@@ -69,10 +69,11 @@ def migration_request(
     cluster: str,
     vm: VmReport,
     source: str,
-    candidates: Sequence[str],
+    candidates: Sequence[str] | None,
     tried: Sequence[str] = (),
 ) -> ScheduleRequest:
-    """The schedule request that finds the target of a balancing migration."""
+    """The schedule request that finds the target of a migration: among `candidates` (a balance
+    unit's pick), or any host but the source (None: draining a host for maintenance)."""
     return ScheduleRequest(
         request_id=request_id,
         cluster_id=cluster,
@@ -90,7 +91,7 @@ def migration_request(
             tried_hosts=list(tried),
         ),
         # The source stays in the whitelist so the Migration filter says why it is not chosen.
-        whitelist=[*candidates, source],
+        whitelist=[*candidates, source] if candidates is not None else None,
         explain_scores=False,
     )
 

@@ -3,14 +3,26 @@
 The cluster's state is kept as the state tracker keeps it (each host's report plus the
 aggregates of its VMs, `aggregate_host`), as a HostTable updated row by row; each arrival is
 placed by `place`, the one decision function the selector runs, with the policy's local filter
-and weigh steps. A placed VM runs at once (nothing stays pending).
+and weigh steps. A placed VM is pending on its host (as the selector's pending record holds it)
+for `start_delay_s`, then runs; with no delay it runs at once.
 
 When the policy has a balance unit, a balancing pass runs every `balance_interval_s`: the pass the
 balancer service runs (`balance_pass`, on the VMs not in flight nor resting), whose pick is given
 a target by `place` with the migration request the service sends the selector. The VM is then in
 flight (pending on its target, not picked again) until it moves `migration_delay_s` later, and
-rests for `migration_cooldown_s` from the decision, as the service's cool-down does. Power advice
-is counted, never carried out. A start delay and HA-reservation checks are for a later version.
+rests for `migration_cooldown_s` from the decision, as the service's cool-down does. The pass's
+power advice is carried out (`power_actions`): a host powered off is down, one powered on comes up
+`power_on_delay_s` later.
+
+A host going into maintenance is drained: each of its VMs is given a target by `place` (a
+migration request with no whitelist, so the Migration filter drops the host itself) and moves
+after the migration delay; VMs no host takes are tried again every balancing interval.
+
+With `ha_reservation`, the HA monitor's check (`ha.check`) runs every `ha_interval_s` on the same
+view, counting failed checks, alerts (a pass turning into a failure) and recoveries.
+
+A load curve scales every VM's CPU load by the hour of the simulated day: at each hour the VMs'
+reports change, as the engine's reports would.
 """
 
 from __future__ import annotations
@@ -19,7 +31,7 @@ import heapq
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -37,6 +49,7 @@ from vmsched.contracts import (
     VmSpec,
     VmStatus,
 )
+from vmsched.scheduling import ha
 from vmsched.scheduling.balancing import balance_pass, balance_unit_of, migration_request, movable_vms
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import HostTable
@@ -44,10 +57,15 @@ from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceable, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import validate_properties
+from vmsched.scheduling.units.balance import POWER_OFF, POWER_ON
+from vmsched.scheduling.units.base import PowerChange
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
 from vmsched.store.state_records import aggregate_host
 
 CLUSTER_ID = "sim"
+#: The policy property that tells the units the cluster keeps HA reservation (as an attached
+#: cluster's policy carries it).
+HA_RESERVATION_PROPERTY = "HaReservation"
 #: The packing bound's unit of CPU load, % of one CPU.
 LOAD_STEP = 25.0
 
@@ -58,13 +76,18 @@ class Kind(IntEnum):
 
     REPAIR = 0
     FAIL = 1
-    MAINTENANCE_START = 2
-    MAINTENANCE_END = 3
-    DEPART = 4
-    MIGRATION_DONE = 5
-    ARRIVE = 6
-    BALANCE = 7
-    SAMPLE = 8
+    POWERED_ON = 2
+    MAINTENANCE_START = 3
+    MAINTENANCE_END = 4
+    DEPART = 5
+    MIGRATION_DONE = 6
+    STARTED = 7
+    LOAD = 8
+    DRAIN = 9
+    ARRIVE = 10
+    BALANCE = 11
+    HA_CHECK = 12
+    SAMPLE = 13
 
 
 @dataclass(frozen=True)
@@ -86,6 +109,8 @@ class Counts:
     host_failures: int = 0
     vms_lost: int = 0
     ha_vms_lost: int = 0
+    #: VMs whose host went down while they were starting on it.
+    starts_lost: int = 0
     failures: list[Failure] = field(default_factory=list)
     balance_passes: int = 0
     #: Migrations decided (a target found), completed, and dropped before completing (the VM left
@@ -100,8 +125,24 @@ class Counts:
     ping_pongs: int = 0
     #: Migrations back to a host the VM had left, at any time.
     returns: int = 0
-    #: Power saving's advice (power a host on or off), counted and not carried out.
+    #: Power saving's advice (power a host on or off), and what of it was carried out.
     power_advice: int = 0
+    power_offs: int = 0
+    power_ons: int = 0
+    #: Migrations that drained hosts going into maintenance, and drain attempts with no target.
+    drain_migrations: int = 0
+    drain_unplaced: int = 0
+    #: HA-reservation checks run, failed, alerts raised (a pass turned failure) and recoveries;
+    #: the most hosts one check named.
+    ha_checks: int = 0
+    ha_checks_failed: int = 0
+    ha_alerts: int = 0
+    ha_recoveries: int = 0
+    ha_failing_hosts_max: int = 0
+    #: Hour-of-day load changes applied.
+    load_changes: int = 0
+    #: vm -> host of every placement made (the arrival's decision), for comparing runs.
+    placements: dict[str, str] = field(default_factory=dict)
 
     @property
     def vm_events(self) -> int:
@@ -116,8 +157,10 @@ class Snapshot:
     table: HostTable
     #: Live VMs' (memory need MB, vCPUs, CPU load in % of one CPU) -> how many.
     demand: Counter[tuple[float, float, float]]
-    #: Hosts that are not down (up, or in maintenance).
+    #: Hosts that have not failed (up, in maintenance, or powered off: packing may use them).
     alive: tuple[str, ...]
+    #: Hosts powered off (or still booting) by power actions.
+    off: frozenset[str] = frozenset()
 
 
 #: Called at every sample instant.
@@ -131,6 +174,17 @@ class Flight:
     source: str
     target: str
     decided_s: float
+    pending: PendingEntry
+    #: Draining a host for maintenance (not the balance unit's pick).
+    drain: bool = False
+
+
+@dataclass(frozen=True)
+class Starting:
+    """A VM placed and not yet running: pending on its host."""
+
+    arrival: VmArrival
+    host_id: str
     pending: PendingEntry
 
 
@@ -152,9 +206,17 @@ def host_report(spec: HostSpec, host_id: str) -> HostReport:
     )
 
 
-async def decide(table: HostTable, policy: Policy, request: ScheduleRequest, now: float) -> Outcome:
-    """What the selector decides for `request` on `table` under `policy` at unix time `now`, with
-    nothing pending: `place` with the policy's local steps, as the filter-worker runs them."""
+async def decide(
+    table: HostTable,
+    policy: Policy,
+    request: ScheduleRequest,
+    now: float,
+    pending: Sequence[PendingEntry] = (),
+) -> Outcome:
+    """What the selector decides for `request` on `table` under `policy` at unix time `now` with
+    `pending` held on their hosts: `place` with the policy's local steps, as the filter-worker runs
+    them. The steps fold `pending` into `table` themselves (whatever pending the table carries is
+    replaced), so it is passed here, not folded in first."""
     steps = LocalSteps.of(table, policy, now=now, weigh_in_filter=True, top=top_hosts(request))
 
     def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
@@ -164,7 +226,7 @@ async def decide(table: HostTable, policy: Policy, request: ScheduleRequest, now
         request,
         policy.filter_names(),
         candidate_hosts(table, request.whitelist, request.blacklist).ids,
-        [],
+        list(pending),
         filter_fn=steps.filter,
         weigh_fn=steps.weigh,
         pending_for=pending_for,
@@ -177,8 +239,12 @@ class Simulation:
 
     def __init__(self, workload: Workload, policy: Policy, sampler: Sampler | None = None) -> None:
         self.workload = workload
-        if workload.policy_properties:
-            policy = policy.model_copy(update={"properties": {**policy.properties, **workload.policy_properties}})
+        overrides = dict(workload.policy_properties)
+        if workload.cluster.ha_reservation:
+            overrides[HA_RESERVATION_PROPERTY] = "true"
+        if overrides or workload.policy_defaults:
+            properties = {**workload.policy_defaults, **policy.properties, **overrides}
+            policy = policy.model_copy(update={"properties": properties})
         self.policy = policy
         self.sampler = sampler
         self.settings = ClusterReport(
@@ -200,12 +266,22 @@ class Simulation:
         self._vms: dict[str, dict[str, VmReport]] = {h: {} for h in self._base}
         self._where: dict[str, str] = {}
         self._down: set[str] = set()
+        #: Hosts powered off by power actions, and those of them booting (powered on, not up yet).
+        self._off: set[str] = set()
+        self._booting: set[str] = set()
         self._maintenance: Counter[str] = Counter()
+        #: Each VM's CPU load as asked for, before the load curve's factor.
+        self._base_load: dict[str, float] = {}
+        self._factor = self._load_factor(0.0)
+        self._starting: dict[str, Starting] = {}
+        #: The hosts failing the last HA check (None before the first).
+        self._ha_failing: list[str] | None = None
         #: When each host's CPU load last changed, and to what (its one CPU sample).
         self._load_since: dict[str, tuple[float, float]] = {}
         self._demand: Counter[tuple[float, float, float]] = Counter()
         self._dirty: set[str] = set()
-        self.table = HostTable.from_states((self.host_state(h) for h in self._base), self.settings)
+        self._states = {h: self.host_state(h) for h in self._base}
+        self.table = HostTable.from_states(self._states.values(), self.settings)
         self._groups = self._affinity_groups()
         self._events: list[tuple[float, int, int, Any]] = []
         self._seq = 0
@@ -224,7 +300,7 @@ class Simulation:
 
     # ---------------------------------------------------------------------------- state
     def host_status(self, host_id: str) -> HostStatus:
-        if host_id in self._down:
+        if host_id in self._down or host_id in self._off:
             return HostStatus.DOWN
         if self._maintenance[host_id] > 0:
             return HostStatus.MAINTENANCE
@@ -261,9 +337,21 @@ class Simulation:
     def current_table(self) -> HostTable:
         """The table with every change so far applied."""
         if self._dirty:
-            self.table = self.table.updated({h: self.host_state(h) for h in sorted(self._dirty)})
+            changed = {h: self.host_state(h) for h in sorted(self._dirty)}
+            self._states.update(changed)
+            self.table = self.table.updated(changed)
             self._dirty.clear()
         return self.table
+
+    def _load_factor(self, clock: float) -> float:
+        curve = self.workload.load_curve
+        if not curve:
+            return 1.0
+        hour = int(((self.origin + clock) // 3600) % 24)
+        return curve[hour]
+
+    def _load_of(self, vm_id: str) -> float:
+        return round(min(100.0, self._base_load[vm_id] * self._factor), 3)
 
     def _changed(self, host_id: str, *, load: bool = False) -> None:
         if load:
@@ -292,7 +380,7 @@ class Simulation:
             mem_mb=arrival.mem_mb,
             vcpus=arrival.vcpus,
             ha=arrival.ha,
-            cpu_usage_pct=arrival.cpu_usage_pct,
+            cpu_usage_pct=round(min(100.0, arrival.cpu_usage_pct * self._factor), 3),
             networks=list(arrival.networks),
             affinity_groups=[self._groups[g] for g in arrival.affinity_groups],
             pinned_hosts=list(arrival.pinned_hosts),
@@ -302,6 +390,12 @@ class Simulation:
     def _push(self, at_s: float, kind: Kind, payload: Any) -> None:
         self._seq += 1
         heapq.heappush(self._events, (at_s, int(kind), self._seq, payload))
+
+    def _every(self, first: float, interval: float, end: float, kind: Kind) -> None:
+        t = first
+        while t <= end:
+            self._push(t, kind, None)
+            t += interval
 
     def _schedule_workload(self) -> float:
         w = self.workload
@@ -318,66 +412,104 @@ class Simulation:
             self._push(m.start_s, Kind.MAINTENANCE_START, m.host_id)
             self._push(m.end_s, Kind.MAINTENANCE_END, m.host_id)
         if self._unit is not None:
-            t = w.balance_interval_s
-            while t <= end:
-                self._push(t, Kind.BALANCE, None)
-                t += w.balance_interval_s
-        t = 0.0
-        while t <= end:
-            self._push(t, Kind.SAMPLE, None)
-            t += w.sample_interval_s
-        if t - w.sample_interval_s < end:
+            self._every(w.balance_interval_s, w.balance_interval_s, end, Kind.BALANCE)
+        if w.cluster.ha_reservation:
+            self._every(w.ha_interval_s, w.ha_interval_s, end, Kind.HA_CHECK)
+        if w.load_curve:  # at every hour boundary of the simulated clock
+            self._every(3600.0 - self.origin % 3600.0, 3600.0, end, Kind.LOAD)
+        self._every(0.0, w.sample_interval_s, end, Kind.SAMPLE)
+        if end % w.sample_interval_s:
             self._push(end, Kind.SAMPLE, None)
         return end
 
     async def run(self) -> Counts:
         end = self._schedule_workload()
+        handlers = self._handlers()
         while self._events and self._events[0][0] <= end:
             at_s, kind, _, payload = heapq.heappop(self._events)
             self.clock = at_s
-            await self._apply(Kind(kind), payload)
+            await handlers[Kind(kind)](payload)
         return self.counts
 
-    async def _apply(self, kind: Kind, payload: Any) -> None:
-        if kind is Kind.ARRIVE:
-            await self._arrive(payload)
-        elif kind is Kind.DEPART:
-            self._depart(payload)
-        elif kind is Kind.FAIL:
-            self._fail(payload)
-        elif kind is Kind.REPAIR:
-            self._down.discard(payload)
-            self._changed(payload)
-        elif kind is Kind.MAINTENANCE_START:
-            self._maintenance[payload] += 1
-            self._changed(payload)
-        elif kind is Kind.MAINTENANCE_END:
-            self._maintenance[payload] -= 1
-            self._changed(payload)
-        elif kind is Kind.BALANCE:
-            await self._balance()
-        elif kind is Kind.MIGRATION_DONE:
-            self._migration_done(payload)
-        elif self.sampler is not None:
-            table = self.current_table()
-            alive = tuple(h for h in table.ids if h not in self._down)
-            began = time.perf_counter()
-            self.sampler(Snapshot(self.clock, table, Counter(self._demand), alive))
-            self.sampling_s += time.perf_counter() - began
+    def _handlers(self) -> dict[Kind, Callable[[Any], Awaitable[None]]]:
+        def sync(fn: Callable[[Any], None]) -> Callable[[Any], Awaitable[None]]:
+            async def call(payload: Any) -> None:
+                fn(payload)
 
-    async def decide(self, table: HostTable, request: ScheduleRequest, now: float) -> Outcome:
-        """The decision for one arrival (a seam for tests: the same inputs `place` gets)."""
-        return await decide(table, self.policy, request, now)
+            return call
+
+        return {
+            Kind.REPAIR: sync(self._repair),
+            Kind.FAIL: sync(self._fail),
+            Kind.POWERED_ON: sync(self._powered_on),
+            Kind.MAINTENANCE_START: sync(self._maintenance_start),
+            Kind.MAINTENANCE_END: sync(self._maintenance_end),
+            Kind.DEPART: sync(self._depart),
+            Kind.MIGRATION_DONE: sync(self._migration_done),
+            Kind.STARTED: sync(self._started),
+            Kind.LOAD: sync(lambda _: self._load_change()),
+            Kind.DRAIN: self._drain,
+            Kind.ARRIVE: self._arrive,
+            Kind.BALANCE: lambda _: self._balance(),
+            Kind.HA_CHECK: sync(lambda _: self._ha_check()),
+            Kind.SAMPLE: sync(lambda _: self._sample()),
+        }
+
+    def _repair(self, host_id: str) -> None:
+        self._down.discard(host_id)
+        self._changed(host_id)
+
+    def _powered_on(self, host_id: str) -> None:
+        self._booting.discard(host_id)
+        self._off.discard(host_id)
+        self._changed(host_id)
+
+    def _maintenance_start(self, host_id: str) -> None:
+        self._maintenance[host_id] += 1
+        self._changed(host_id)
+        self._push(self.clock, Kind.DRAIN, host_id)
+
+    def _maintenance_end(self, host_id: str) -> None:
+        self._maintenance[host_id] -= 1
+        self._changed(host_id)
+
+    def _sample(self) -> None:
+        if self.sampler is None:
+            return
+        table = self.current_table()
+        alive = tuple(h for h in table.ids if h not in self._down)
+        began = time.perf_counter()
+        self.sampler(Snapshot(self.clock, table, Counter(self._demand), alive, frozenset(self._off)))
+        self.sampling_s += time.perf_counter() - began
+
+    async def decide(self, request: ScheduleRequest, now: float) -> Outcome:
+        """The decision for one request on the cluster as it is, with what is pending (VMs
+        starting, migrations in flight); a seam for tests and for deciding elsewhere."""
+        return await decide(self.current_table(), self.policy, request, now, self.pending())
 
     async def _arrive(self, arrival: VmArrival) -> None:
         self.counts.arrivals += 1
         vm = self.vm_spec(arrival)
         self._requests += 1
         request = ScheduleRequest(request_id=uuid.UUID(int=self._requests), cluster_id=CLUSTER_ID, vm=vm)
-        outcome = await self.decide(self.decision_table(), request, self.origin + self.clock)
+        outcome = await self.decide(request, self.origin + self.clock)
         if isinstance(outcome, Placed):
             host_id = outcome.placements[0].host_id
-            self._start(arrival, host_id)
+            self.counts.placements[arrival.vm_id] = host_id
+            self._base_load[arrival.vm_id] = arrival.cpu_usage_pct
+            delay = self.workload.start_delay_s
+            if delay > 0:
+                pending = pending_entry(
+                    vm,
+                    host_id,
+                    request_id=request.request_id,
+                    fencing_token=0,
+                    expires_at=self.origin + self.clock + delay + 3600.0,
+                )
+                self._starting[arrival.vm_id] = Starting(arrival, host_id, pending)
+                self._push(self.clock + delay, Kind.STARTED, arrival.vm_id)
+            else:
+                self._start(arrival, host_id)
             if arrival.lifetime_s is not None:
                 self._push(self.clock + arrival.lifetime_s, Kind.DEPART, arrival.vm_id)
             return
@@ -396,8 +528,10 @@ class Simulation:
             status=VmStatus.RUNNING,
             host_id=host_id,
             mem_mb=arrival.mem_mb,
+            # A simulated VM uses all of its memory (the HA check counts memory used).
+            mem_usage_pct=100.0,
             vcpus=arrival.vcpus,
-            cpu_usage_pct=arrival.cpu_usage_pct,
+            cpu_usage_pct=self._load_of(arrival.vm_id),
             ha=arrival.ha,
             networks=list(arrival.networks),
         )
@@ -406,6 +540,15 @@ class Simulation:
         self._demand[_size(report)] += 1
         self.counts.placed += 1
         self._changed(host_id, load=True)
+
+    def _started(self, vm_id: str) -> None:
+        starting = self._starting.pop(vm_id, None)
+        if starting is None:  # it left before it started
+            return
+        if starting.host_id in self._down or starting.host_id in self._off:
+            self.counts.starts_lost += 1
+            return
+        self._start(starting.arrival, starting.host_id)
 
     def _remove(self, vm_id: str) -> VmReport | None:
         self._in_flight.pop(vm_id, None)  # a migration of a VM that is gone has nothing to move
@@ -421,14 +564,17 @@ class Simulation:
         return report
 
     def _depart(self, vm_id: str) -> None:
-        if self._remove(vm_id) is not None:  # not placed, lost or gone already: nothing to do
-            self.counts.departures += 1
+        if self._starting.pop(vm_id, None) is not None or self._remove(vm_id) is not None:
+            self.counts.departures += 1  # else not placed, lost or gone already: nothing to do
 
     def _fail(self, host_id: str) -> None:
         if host_id in self._down:
             return
         self.counts.host_failures += 1
         self._down.add(host_id)
+        for vm_id in [v for v, s in self._starting.items() if s.host_id == host_id]:
+            del self._starting[vm_id]
+            self.counts.starts_lost += 1
         for vm_id in sorted(self._vms[host_id]):
             report = self._remove(vm_id)
             assert report is not None
@@ -443,8 +589,8 @@ class Simulation:
         return self.current_table().with_pending(self.pending(), now=self.origin + self.clock)
 
     def pending(self) -> list[PendingEntry]:
-        """The pending records of the migrations in flight (each on its target)."""
-        return [f.pending for f in self._in_flight.values()]
+        """The pending records: VMs starting (on their hosts), migrations in flight (on their targets)."""
+        return [s.pending for s in self._starting.values()] + [f.pending for f in self._in_flight.values()]
 
     def vm_reports(self) -> list[VmReport]:
         """Every running VM, host by host in the workload's order."""
@@ -466,6 +612,8 @@ class Simulation:
             pick = balance_pass(unit, self._props, table, movable)
             if attempt == 0:
                 self.counts.power_advice += len(pick.power)
+                for change in pick.power:
+                    self._power(change)
             if pick.migration is None or pick.vm is None:
                 return
             source = pick.migration.source_host
@@ -474,24 +622,111 @@ class Simulation:
                 uuid.UUID(int=self._requests), CLUSTER_ID, pick.vm, source, pick.migration.candidates
             )
             now = self.origin + self.clock
-            outcome = await self.decide(table, request, now)
+            outcome = await self.decide(request, now)
             if not isinstance(outcome, Placed):
                 self.counts.migrations_unplaced += 1
                 return
             target = outcome.placements[0].host_id
             self._migrate(request, source, target)
 
-    def _migrate(self, request: ScheduleRequest, source: str, target: str) -> None:
+    def _power(self, change: PowerChange) -> None:
+        """Carry out one piece of power advice (with `power_actions`): off only for an empty Up
+        host, on only for a host powered off (a failed host is not the balancer's to boot)."""
+        if not self.workload.power_actions:
+            return
+        host = change.host_id
+        if change.action == POWER_OFF:
+            if self.host_status(host) is HostStatus.UP and not self._vms[host] and not self._pending_on(host):
+                self._off.add(host)
+                self.counts.power_offs += 1
+                self._changed(host)
+        elif change.action == POWER_ON and host in self._off and host not in self._booting:
+            self._booting.add(host)
+            self.counts.power_ons += 1
+            self._push(self.clock + self.workload.power_on_delay_s, Kind.POWERED_ON, host)
+
+    def _pending_on(self, host: str) -> bool:
+        return any(p.host_id == host for p in self.pending())
+
+    async def _drain(self, host: str) -> None:
+        """Migrate the VMs off a host in maintenance (each to where `place` says); what stays is
+        tried again a balancing interval later, while the host is still in maintenance."""
+        if self._maintenance[host] <= 0 or host in self._down:
+            return
+        left = 0
+        for vm_id in sorted(self._vms[host]):
+            if vm_id in self._in_flight:
+                continue
+            report = self._vms[host][vm_id]
+            self._requests += 1
+            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, None)
+            outcome = await self.decide(request, self.origin + self.clock)
+            if not isinstance(outcome, Placed):
+                self.counts.drain_unplaced += 1
+                left += 1
+                continue
+            self._migrate(request, host, outcome.placements[0].host_id, drain=True)
+        if left:
+            self._push(self.clock + self.workload.balance_interval_s, Kind.DRAIN, host)
+
+    def _load_change(self) -> None:
+        """The hour turned: every VM's CPU load follows the load curve's factor for it."""
+        factor = self._load_factor(self.clock)
+        if factor == self._factor:
+            return
+        self._factor = factor
+        self.counts.load_changes += 1
+        for host, vms in self._vms.items():
+            if not vms:
+                continue
+            for vm_id, report in vms.items():
+                self._demand[_size(report)] -= 1
+                if not self._demand[_size(report)]:
+                    del self._demand[_size(report)]
+                scaled = report.model_copy(update={"cpu_usage_pct": self._load_of(vm_id)})
+                vms[vm_id] = scaled
+                self._demand[_size(scaled)] += 1
+            self._changed(host, load=True)
+
+    def _ha_check(self) -> None:
+        """The HA monitor's check on the cluster as it is now (pending included)."""
+        self.current_table()
+        states = [self._states[h] for h in self._base]
+        result = ha.check(
+            states,
+            self.vm_reports(),
+            self.pending(),
+            count_threads_as_cores=self.settings.count_threads_as_cores,
+        )
+        c = self.counts
+        c.ha_checks += 1
+        if result.failing_hosts:
+            c.ha_checks_failed += 1
+            c.ha_failing_hosts_max = max(c.ha_failing_hosts_max, len(result.failing_hosts))
+            if not self._ha_failing:
+                c.ha_alerts += 1
+        elif self._ha_failing:
+            c.ha_recoveries += 1
+        self._ha_failing = result.failing_hosts
+
+    def ha_failing(self) -> list[str] | None:
+        """The hosts the last HA check named (None before the first check)."""
+        return self._ha_failing
+
+    def _migrate(self, request: ScheduleRequest, source: str, target: str, *, drain: bool = False) -> None:
         vm = request.vm
         cost = vm_cost(vm)
         delay = self.workload.migration_delay_s
-        left = self._left.get(vm.vm_id, {})
-        if target in left:
-            self.counts.returns += 1
-            if self.clock - left[target] < self.workload.migration_cooldown_s:
-                self.counts.ping_pongs += 1
-        self._rest_until[vm.vm_id] = self.clock + self.workload.migration_cooldown_s
+        if not drain:  # draining is the operator's move, not the balancer's: no cool-down, no return
+            left = self._left.get(vm.vm_id, {})
+            if target in left:
+                self.counts.returns += 1
+                if self.clock - left[target] < self.workload.migration_cooldown_s:
+                    self.counts.ping_pongs += 1
+            self._rest_until[vm.vm_id] = self.clock + self.workload.migration_cooldown_s
+            self.counts.migrations_started += 1
         self._in_flight[vm.vm_id] = Flight(
+            drain=drain,
             source=source,
             target=target,
             decided_s=self.clock,
@@ -507,7 +742,6 @@ class Simulation:
                 expires_at=self.origin + self.clock + delay + 3600.0,
             ),
         )
-        self.counts.migrations_started += 1
         self._push(self.clock + delay, Kind.MIGRATION_DONE, vm.vm_id)
 
     def _migration_done(self, vm_id: str) -> None:
@@ -520,8 +754,11 @@ class Simulation:
         report = self._vms[flight.source].pop(vm_id)
         self._vms[flight.target][vm_id] = report.model_copy(update={"host_id": flight.target})
         self._where[vm_id] = flight.target
-        self._left.setdefault(vm_id, {})[flight.source] = flight.decided_s
-        self.counts.migrations += 1
+        if flight.drain:
+            self.counts.drain_migrations += 1
+        else:
+            self._left.setdefault(vm_id, {})[flight.source] = flight.decided_s
+            self.counts.migrations += 1
         self._changed(flight.source, load=True)
         self._changed(flight.target, load=True)
 
@@ -559,6 +796,7 @@ __all__ = [
     "Sampler",
     "Simulation",
     "Snapshot",
+    "Starting",
     "Timing",
     "decide",
     "host_report",

@@ -2,8 +2,11 @@
 
 Sizes come from a few common flavours (most VMs are small); arrivals follow a day's rhythm
 (busiest mid-afternoon, quietest before dawn) with a few bursts (a deployment starting many VMs
-at once); most VMs are short-lived, some stay for the whole run; a share is highly available;
-a few small anti-affinity groups (replicas kept apart). The same seed gives the same workload.
+at once), and so does the VMs' CPU load (a load curve: half the base load before dawn, one and a
+half times it mid-afternoon); a VM takes half a minute to start; most VMs are short-lived, some
+stay for the whole run; a share is highly available; a few small anti-affinity groups (replicas
+kept apart). Hosts may be powered off and on by power saving's advice (power management on, two
+hosts in reserve, unless a policy says otherwise). The same seed gives the same workload.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vmsched.simulation.workload import AffinityGroupSpec, HostSpec, VmArrival, Workload
+from vmsched.simulation.workload import AffinityGroupSpec, ClusterSettings, HostSpec, VmArrival, Workload
 
 #: (vCPUs, memory GB, weight): small VMs dominate, as in public and private clouds alike.
 FLAVOURS: tuple[tuple[int, int, float], ...] = ((1, 2, 0.35), (2, 4, 0.30), (4, 8, 0.20), (8, 16, 0.10), (16, 32, 0.05))
@@ -38,6 +41,20 @@ class GeneratorSpec:
     #: Share of VMs in anti-affinity groups of three.
     affinity_share: float = 0.05
     sample_interval_s: float = 300.0
+    #: The cluster keeps HA reservation (the HA check runs every 5 simulated minutes).
+    ha_reservation: bool = False
+    start_delay_s: float = 30.0
+    #: The load curve's swing: CPU load is (1 - swing) of the base at 03:00, (1 + swing) at 15:00.
+    load_swing: float = 0.5
+
+
+#: Power saving's power management for generated workloads (a policy that sets these keeps its own).
+POWER_DEFAULTS: dict[str, str] = {"EnableAutomaticHostPowerManagement": "true", "HostsInReserve": "2"}
+
+
+def load_curve(swing: float) -> list[float]:
+    """24 hourly factors following the arrivals' rhythm: 1 - swing at 03:00, 1 + swing at 15:00."""
+    return [round(1.0 + swing * float(np.sin(2 * np.pi * (h + 0.5 - 9.0) / 24.0)), 3) for h in range(24)]
 
 
 def _diurnal_times(rng: np.random.Generator, n: int, span_s: float) -> np.ndarray:
@@ -115,13 +132,18 @@ def generate(spec: GeneratorSpec) -> Workload:
         )
     return Workload(
         name=f"generated-{spec.hosts}h-{spec.vms}vm-{spec.hours:g}h-seed{spec.seed}",
-        description="generated: flavours 1/2 to 16/32 vCPU/GB, diurnal arrivals with bursts",
+        description="generated: flavours 1/2 to 16/32 vCPU/GB, diurnal arrivals with bursts and a diurnal load "
+        "curve, 30 s starts, power management with 2 hosts in reserve",
         duration_s=span,
         sample_interval_s=spec.sample_interval_s,
+        start_delay_s=spec.start_delay_s,
+        load_curve=load_curve(spec.load_swing) if spec.load_swing else [],
+        cluster=ClusterSettings(ha_reservation=spec.ha_reservation),
+        policy_defaults=dict(POWER_DEFAULTS),
         hosts=hosts,
         affinity_groups=groups,
         arrivals=arrivals,
     )
 
 
-__all__ = ["FLAVOURS", "HOST_MODELS", "GeneratorSpec", "generate"]
+__all__ = ["FLAVOURS", "HOST_MODELS", "POWER_DEFAULTS", "GeneratorSpec", "generate", "load_curve"]

@@ -81,6 +81,8 @@ class Sample:
     vm_count_spread: int
     #: Most highly available VMs on one host.
     ha_per_host_max: int
+    #: Hosts not failed and not powered off (what the datacenter pays power for).
+    hosts_on: int = 0
 
 
 def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
@@ -102,6 +104,7 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         mem_std=float(mem.std()) if len(idx) else 0.0,
         vm_count_spread=int(table.vm_count[idx].max() - table.vm_count[idx].min()) if len(idx) else 0,
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
+        hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
     )
 
 
@@ -132,9 +135,13 @@ class PolicyReport:
     host_failures: int
     vms_lost: int
     ha_vms_lost: int
+    #: VMs whose host went down while they started.
+    starts_lost: int
     hosts_used_mean: float
     hosts_used_max: int
     hosts_used_final: int
+    #: Hosts powered on (not failed, not powered off by power actions), mean over samples with VMs.
+    hosts_on_mean: float
     ffd_hosts_mean: float
     ffd_hosts_final: int
     #: Mean over samples with VMs of hosts used / FFD hosts (1.0: as tight as the packing bound).
@@ -164,6 +171,17 @@ class PolicyReport:
     ping_pongs: int
     returns: int
     power_advice: int
+    power_offs: int
+    power_ons: int
+    #: Migrations draining hosts for maintenance, and drain attempts that found no target.
+    drain_migrations: int
+    drain_unplaced: int
+    #: HA-reservation checks (with ha_reservation): run, failed, alerts, recoveries, most hosts named.
+    ha_checks: int
+    ha_checks_failed: int
+    ha_alerts: int
+    ha_recoveries: int
+    ha_failing_hosts_max: int
     sim_hours: float
     wall_s: float
     #: Of wall_s, the sampler's (the packing bound, the spreads).
@@ -217,9 +235,11 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         host_failures=counts.host_failures,
         vms_lost=counts.vms_lost,
         ha_vms_lost=counts.ha_vms_lost,
+        starts_lost=counts.starts_lost,
         hosts_used_mean=round(_mean([s.hosts_used for s in busy]), 2),
         hosts_used_max=max((s.hosts_used for s in samples), default=0),
         hosts_used_final=last.hosts_used if last else 0,
+        hosts_on_mean=round(_mean([s.hosts_on for s in busy]), 2),
         ffd_hosts_mean=round(_mean([s.ffd_hosts for s in busy]), 2),
         ffd_hosts_final=last.ffd_hosts if last else 0,
         packing_ratio_mean=round(_mean(ratios), 3),
@@ -244,6 +264,15 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         ping_pongs=counts.ping_pongs,
         returns=counts.returns,
         power_advice=counts.power_advice,
+        power_offs=counts.power_offs,
+        power_ons=counts.power_ons,
+        drain_migrations=counts.drain_migrations,
+        drain_unplaced=counts.drain_unplaced,
+        ha_checks=counts.ha_checks,
+        ha_checks_failed=counts.ha_checks_failed,
+        ha_alerts=counts.ha_alerts,
+        ha_recoveries=counts.ha_recoveries,
+        ha_failing_hosts_max=counts.ha_failing_hosts_max,
         sim_hours=round(timing.sim_s / 3600.0, 3),
         wall_s=round(timing.wall_s, 3),
         sampling_s=round(timing.sampling_s, 3),
@@ -264,6 +293,7 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("placement failures", lambda r: f"{r.failed}"),
     ("hosts used (mean)", lambda r: f"{r.hosts_used_mean:.1f}"),
     ("hosts used (max / end)", lambda r: f"{r.hosts_used_max} / {r.hosts_used_final}"),
+    ("hosts powered on (mean)", lambda r: f"{r.hosts_on_mean:.1f}"),
     ("FFD bound (mean)", lambda r: f"{r.ffd_hosts_mean:.1f}"),
     ("used / FFD (mean, max)", lambda r: f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"),
     ("CPU spread max-min % (mean)", lambda r: f"{r.cpu_spread_mean:.1f}"),
@@ -284,9 +314,12 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("migrations (no target, dropped)", lambda r: f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"),
     ("migrations / host / hour", lambda r: f"{r.migrations_per_host_hour:.4f}"),
     ("ping-pong in cool-down (returns)", lambda r: f"{r.ping_pongs} ({r.returns})"),
-    ("power advice", lambda r: f"{r.power_advice}"),
+    ("power advice (offs, ons taken)", lambda r: f"{r.power_advice} ({r.power_offs}, {r.power_ons})"),
+    ("maintenance drains (no target)", lambda r: f"{r.drain_migrations} ({r.drain_unplaced})"),
     ("HA VMs on one host, most (end)", lambda r: f"{r.ha_per_host_max_final}"),
+    ("HA checks failed / run (alerts)", lambda r: f"{r.ha_checks_failed} / {r.ha_checks} ({r.ha_alerts})"),
     ("VMs lost to host failures", lambda r: f"{r.vms_lost} ({r.ha_vms_lost} HA)"),
+    ("VMs lost while starting", lambda r: f"{r.starts_lost}"),
     ("simulated hours", lambda r: f"{r.sim_hours:.1f}"),
     ("wall s (of it sampling)", lambda r: f"{r.wall_s:.2f} ({r.sampling_s:.2f})"),
     ("VM events / s (engine)", lambda r: f"{r.vm_events_per_s:,.0f}"),

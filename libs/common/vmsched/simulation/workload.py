@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from vmsched.contracts.base import Id
+from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
 
@@ -28,7 +29,7 @@ WORKLOAD_VERSION = 1
 _SERVICE: dict[str, Any] = {
     n: f.default
     for n, f in Settings.model_fields.items()
-    if n in ("balance_interval_s", "migration_cooldown_s", "migrations_per_cycle")
+    if n in ("balance_interval_s", "migration_cooldown_s", "migrations_per_cycle", "ha_interval_s")
 }
 
 
@@ -95,7 +96,8 @@ class HostFailure(_Model):
 
 
 class MaintenanceWindow(_Model):
-    """The host takes no new VMs from `start_s` to `end_s` (its running VMs stay, in this version)."""
+    """The host takes no new VMs from `start_s` to `end_s`; its VMs are migrated away when it goes
+    into maintenance (those no host takes stay, and are tried again every balancing interval)."""
 
     host_id: Id
     start_s: float = Field(ge=0)
@@ -111,6 +113,11 @@ class MaintenanceWindow(_Model):
 class ClusterSettings(_Model):
     memory_overcommit_pct: int = Field(100, ge=1, le=1000)
     count_threads_as_cores: bool = False
+    ha_reservation: bool = Field(
+        False,
+        description="The cluster keeps room to restart any one host's HA VMs: the HA-reservation check runs "
+        "every ha_interval_s, and the policy's units see HaReservation=true (as an attached cluster's do).",
+    )
     vcpus_per_cpu: float | None = Field(
         None,
         gt=0,
@@ -140,10 +147,44 @@ class Workload(_Model):
     migrations_per_cycle: int = Field(
         _SERVICE["migrations_per_cycle"], ge=0, le=100, description="Most migrations one balancing pass starts."
     )
+    start_delay_s: float = Field(
+        0.0,
+        ge=0,
+        le=86_400,
+        description="How long a placed VM takes to start; meanwhile it is pending on its host (0: it runs at once).",
+    )
+    ha_interval_s: float = Field(
+        _SERVICE["ha_interval_s"], gt=0, description="How often the HA-reservation check runs (with ha_reservation)."
+    )
+    power_actions: bool = Field(
+        True,
+        description="Carry out the balance unit's power advice (power saving's, with "
+        "EnableAutomaticHostPowerManagement): a host powered off is down until powered on; false: count it only.",
+    )
+    power_on_delay_s: float = Field(
+        300.0, ge=0, le=86_400, description="How long a host takes to boot once powered on."
+    )
+    load_curve: list[float] = Field(
+        default_factory=list,
+        max_length=24,
+        description="Diurnal load: 24 factors, one per hour of the day (of the simulated clock, UTC), that "
+        "scale every VM's cpu_usage_pct (capped at 100); empty: loads stay as given.",
+    )
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
     policy_properties: dict[str, str] = Field(
         default_factory=dict,
         description="Policy properties set over every simulated policy's own (a scenario's chosen thresholds).",
+    )
+    policy_defaults: dict[str, str] = Field(
+        default_factory=dict,
+        description="Policy properties for every simulated policy that does not set them itself (a generated "
+        "workload's power management, say).",
+    )
+    policies: list[PolicyDocument] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Policies that come with the workload (`vmsched policy` documents), simulated when no "
+        "--policy is given and nameable by --policy.",
     )
     hosts: list[HostSpec] = Field(min_length=1)
     affinity_groups: list[AffinityGroupSpec] = Field(default_factory=list)
@@ -151,6 +192,15 @@ class Workload(_Model):
     departures: list[VmDeparture] = Field(default_factory=list)
     failures: list[HostFailure] = Field(default_factory=list)
     maintenance: list[MaintenanceWindow] = Field(default_factory=list)
+
+    @field_validator("load_curve")
+    @classmethod
+    def _a_day(cls, curve: list[float]) -> list[float]:
+        if curve and len(curve) != 24:
+            raise ValueError(f"has {len(curve)} factors, not 24 (one per hour of the day)")
+        if any(not 0 <= f <= 100 for f in curve):
+            raise ValueError("factors must be from 0 to 100")
+        return curve
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
