@@ -33,6 +33,7 @@ from vmsched.simulation.workload import (
     schema_text,
 )
 from vmsched_services.tools import cli
+from vmsched_services.tools.simulate import policies_of
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "workload.schema.json"
@@ -239,9 +240,10 @@ def test_a_failed_host_loses_its_vms_and_takes_none_until_repaired() -> None:
     run(sim)
     assert sim.counts.host_failures == 1
     assert sim.counts.vms_lost == 2
-    assert sim.counts.ha_vms_lost == 1
-    assert [f.vm_id for f in sim.counts.failures] == ["during"]
-    assert sim.counts.failures[0].filters == ("PinToHost",)  # h1 is no candidate; the others are not its pin
+    # The HA one is restarted at once, and fails: pinned to h1, which is down.
+    assert (sim.counts.ha_restarted, sim.counts.ha_vms_lost) == (0, 1)
+    assert [(f.vm_id, f.restart) for f in sim.counts.failures] == [("p0", True), ("during", False)]
+    assert sim.counts.failures[1].filters == ("PinToHost",)  # h1 is no candidate; the others are not its pin
     assert sim.vms_on("h1") == frozenset({"after"})
 
 
@@ -318,13 +320,41 @@ def test_even_vm_count_scenario_starts_as_the_example_does_and_is_balanced() -> 
     assert (sim.counts.migrations, sim.counts.ping_pongs) == (2, 0)
 
 
-def test_ha_reservation_scenario_spreads_ha_vms_two_per_host_then_loses_h1s() -> None:
+def test_ha_reservation_scenario_spreads_ha_vms_two_per_host_and_the_check_foretells_the_failover() -> None:
     sim = Simulation(load_scenario("ha-reservation"), NONE)
-    seen: list[list[float]] = []
-    sim.sampler = lambda snap: seen.append(list(snap.table.ha_vm_count)) if snap.at_s == 3300 else None
+    seen: dict[float, list[float]] = {}
+    sim.sampler = lambda snap: seen.__setitem__(snap.at_s, list(snap.table.ha_vm_count))
     run(sim)
-    assert seen == [[2.0, 2.0, 2.0, 2.0]]  # the example's optimal count, before the failure
-    assert sim.counts.ha_vms_lost == 2
+    assert seen[3300.0] == [2.0, 2.0, 2.0, 2.0]  # the example's optimal count, before the failure
+    c = sim.counts
+    # The check passes at 300 and 600 s (before the 20 GB VMs fill the hosts), fails from 900 s on
+    # with one alert; when h1 fails its two HA VMs find no room elsewhere, as the check said.
+    assert (c.ha_checks, c.ha_checks_failed, c.ha_alerts, c.ha_recoveries) == (24, 22, 1, 0)
+    assert c.ha_failing_hosts_max == 4
+    assert (c.vms_lost, c.ha_restarted, c.ha_vms_lost) == (3, 0, 2)
+    assert [(f.vm_id, f.restart, f.filters) for f in c.failures] == [
+        ("ha1", True, ("Memory",)),
+        ("ha5", True, ("Memory",)),
+    ]
+    assert c.failures[0].summary.startswith("restarting HA VM ha1 after its host failed: 0/3 hosts available")
+
+
+def test_ha_reservation_balance_scenario_moves_nothing_until_a_host_has_five() -> None:
+    w = load_scenario("ha-reservation-balance")
+    (policy,) = policies_of([], w)
+    sim = Simulation(w, policy)
+    counts: dict[float, list[int]] = {}
+    sim.sampler = lambda snap: counts.__setitem__(snap.at_s, [int(n) for n in snap.table.ha_vm_count])
+    run(sim)
+    # Optimal 2 (7 HA VMs on 4 hosts) x OverUtilization 200%: h1's 4 stay.
+    assert counts[1740.0] == [4, 1, 1, 1]
+    # The eighth makes 5 on h1; the next pass moves one of them (the least CPU-hungry, ha1) to a
+    # host below the optimal count, after the migration delay; then 4 is not over 4 and nothing moves.
+    assert counts[1800.0] == [5, 1, 1, 1]
+    assert counts[3600.0][0] == 4
+    assert sorted(counts[3600.0]) == [1, 1, 2, 4]
+    assert sim.where("ha1") != "h1"
+    assert (sim.counts.migrations, sim.counts.ping_pongs) == (1, 0)
 
 
 # ------------------------------------------------------------------------------ the command
@@ -347,7 +377,7 @@ def test_simulate_json_and_out_dir(tmp_path: Path, capsys: pytest.CaptureFixture
     data = json.loads(capsys.readouterr().out)
     (report,) = data["policies"]
     assert report["policy"] == "none"
-    assert report["placed"] == 16
+    assert report["placed"] == 12
     assert report["ha_vms_lost"] == 2
     full = json.loads((tmp_path / "report.json").read_text())
     assert full["policies"][0]["samples"]

@@ -664,7 +664,9 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     )
     source = s.add_mutually_exclusive_group()
     source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
-    source.add_argument("--scenario", metavar="NAME", help="a built-in scenario: even-vm-count, ha-reservation")
+    source.add_argument(
+        "--scenario", metavar="NAME", help="a built-in scenario: even-vm-count, ha-reservation, ha-reservation-balance"
+    )
     source.add_argument("--generate", action="store_true", help="a generated workload (the default)")
     source.add_argument("--schema", action="store_true", help="print the workload file's JSON Schema and exit")
     s.add_argument("--hosts", type=positive_int, default=50, metavar="N", help="generated: hosts (default: 50)")

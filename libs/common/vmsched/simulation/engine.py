@@ -84,21 +84,24 @@ class Kind(IntEnum):
     STARTED = 7
     LOAD = 8
     DRAIN = 9
-    ARRIVE = 10
-    BALANCE = 11
-    HA_CHECK = 12
-    SAMPLE = 13
+    RESTART = 10
+    ARRIVE = 11
+    BALANCE = 12
+    HA_CHECK = 13
+    SAMPLE = 14
 
 
 @dataclass(frozen=True)
 class Failure:
-    """An arrival that was not placed, with why."""
+    """An arrival (or an HA VM's restart) that was not placed, with why."""
 
     at_s: float
     vm_id: str
     summary: str
     #: Filters that removed hosts in the failed decision ("no candidates" when no host was up).
     filters: tuple[str, ...]
+    #: The restart of an HA VM whose host failed.
+    restart: bool = False
 
 
 @dataclass
@@ -107,7 +110,10 @@ class Counts:
     placed: int = 0
     departures: int = 0
     host_failures: int = 0
+    #: VMs that were on a host when it failed; of the HA ones, those restarted elsewhere and those
+    #: no host took.
     vms_lost: int = 0
+    ha_restarted: int = 0
     ha_vms_lost: int = 0
     #: VMs whose host went down while they were starting on it.
     starts_lost: int = 0
@@ -274,6 +280,8 @@ class Simulation:
         self._base_load: dict[str, float] = {}
         self._factor = self._load_factor(0.0)
         self._starting: dict[str, Starting] = {}
+        #: The arrival of every VM placed (an HA VM is asked for again when its host fails).
+        self._arrivals: dict[str, VmArrival] = {}
         #: The hosts failing the last HA check (None before the first).
         self._ha_failing: list[str] | None = None
         #: When each host's CPU load last changed, and to what (its one CPU sample).
@@ -449,6 +457,7 @@ class Simulation:
             Kind.STARTED: sync(self._started),
             Kind.LOAD: sync(lambda _: self._load_change()),
             Kind.DRAIN: self._drain,
+            Kind.RESTART: self._restart,
             Kind.ARRIVE: self._arrive,
             Kind.BALANCE: lambda _: self._balance(),
             Kind.HA_CHECK: sync(lambda _: self._ha_check()),
@@ -489,6 +498,23 @@ class Simulation:
 
     async def _arrive(self, arrival: VmArrival) -> None:
         self.counts.arrivals += 1
+        if not await self._run(arrival):
+            return
+        self.counts.placed += 1
+        if arrival.lifetime_s is not None:
+            self._push(self.clock + arrival.lifetime_s, Kind.DEPART, arrival.vm_id)
+
+    async def _restart(self, arrival: VmArrival) -> None:
+        """An HA VM whose host failed is started again elsewhere, as the engine restarts HA VMs
+        (what the HA-reservation check predicts will or will not work)."""
+        if await self._run(arrival, restart=True):
+            self.counts.ha_restarted += 1
+        else:
+            self.counts.ha_vms_lost += 1
+
+    async def _run(self, arrival: VmArrival, *, restart: bool = False) -> bool:
+        """Ask for a host for `arrival` and start it there (after the start delay); False when
+        nothing took it (the failure is recorded)."""
         vm = self.vm_spec(arrival)
         self._requests += 1
         request = ScheduleRequest(request_id=uuid.UUID(int=self._requests), cluster_id=CLUSTER_ID, vm=vm)
@@ -497,6 +523,7 @@ class Simulation:
             host_id = outcome.placements[0].host_id
             self.counts.placements[arrival.vm_id] = host_id
             self._base_load[arrival.vm_id] = arrival.cpu_usage_pct
+            self._arrivals[arrival.vm_id] = arrival
             delay = self.workload.start_delay_s
             if delay > 0:
                 pending = pending_entry(
@@ -510,16 +537,17 @@ class Simulation:
                 self._push(self.clock + delay, Kind.STARTED, arrival.vm_id)
             else:
                 self._start(arrival, host_id)
-            if arrival.lifetime_s is not None:
-                self._push(self.clock + arrival.lifetime_s, Kind.DEPART, arrival.vm_id)
-            return
+            return True
         summary = outcome.explanation.summary if isinstance(outcome, Unplaceable) else "waiting for pending"
         filters: Iterable[str] = ()
         if isinstance(outcome, Unplaceable):
             filters = sorted({f.filter for f in outcome.explanation.filtered})
             if outcome.explanation.candidates == 0:
                 filters = ("no candidates",)
-        self.counts.failures.append(Failure(self.clock, arrival.vm_id, summary, tuple(filters)))
+        if restart:
+            summary = f"restarting HA VM {arrival.vm_id} after its host failed: {summary}"
+        self.counts.failures.append(Failure(self.clock, arrival.vm_id, summary, tuple(filters), restart))
+        return False
 
     def _start(self, arrival: VmArrival, host_id: str) -> None:
         report = VmReport(
@@ -538,7 +566,6 @@ class Simulation:
         self._vms[host_id][arrival.vm_id] = report
         self._where[arrival.vm_id] = host_id
         self._demand[_size(report)] += 1
-        self.counts.placed += 1
         self._changed(host_id, load=True)
 
     def _started(self, vm_id: str) -> None:
@@ -579,7 +606,8 @@ class Simulation:
             report = self._remove(vm_id)
             assert report is not None
             self.counts.vms_lost += 1
-            self.counts.ha_vms_lost += report.ha
+            if report.ha:
+                self._push(self.clock, Kind.RESTART, self._arrivals[vm_id])
         self._changed(host_id, load=True)
 
     # ---------------------------------------------------------------------------- balancing

@@ -133,7 +133,9 @@ class PolicyReport:
     failure_examples: list[str]
     departures: int
     host_failures: int
+    #: VMs on hosts when they failed; HA ones restarted elsewhere, and HA ones no host took.
     vms_lost: int
+    ha_restarted: int
     ha_vms_lost: int
     #: VMs whose host went down while they started.
     starts_lost: int
@@ -234,6 +236,7 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         departures=counts.departures,
         host_failures=counts.host_failures,
         vms_lost=counts.vms_lost,
+        ha_restarted=counts.ha_restarted,
         ha_vms_lost=counts.ha_vms_lost,
         starts_lost=counts.starts_lost,
         hosts_used_mean=round(_mean([s.hosts_used for s in busy]), 2),
@@ -318,7 +321,7 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("maintenance drains (no target)", lambda r: f"{r.drain_migrations} ({r.drain_unplaced})"),
     ("HA VMs on one host, most (end)", lambda r: f"{r.ha_per_host_max_final}"),
     ("HA checks failed / run (alerts)", lambda r: f"{r.ha_checks_failed} / {r.ha_checks} ({r.ha_alerts})"),
-    ("VMs lost to host failures", lambda r: f"{r.vms_lost} ({r.ha_vms_lost} HA)"),
+    ("VMs on failed hosts (HA restarted, lost)", lambda r: f"{r.vms_lost} ({r.ha_restarted}, {r.ha_vms_lost})"),
     ("VMs lost while starting", lambda r: f"{r.starts_lost}"),
     ("simulated hours", lambda r: f"{r.sim_hours:.1f}"),
     ("wall s (of it sampling)", lambda r: f"{r.wall_s:.2f} ({r.sampling_s:.2f})"),

@@ -10,7 +10,8 @@ from vmsched.simulation.workload import Workload, parse_workload
 #: name -> what it shows.
 SCENARIOS: dict[str, str] = {
     "even-vm-count": "oVirt's even-VM-count example: 5 hosts with 12, 10, 8, 9, 6 VMs",
-    "ha-reservation": "oVirt's HA reservation example: 8 HA VMs on 4 hosts, then a host fails",
+    "ha-reservation": "oVirt's HA reservation check: 8 HA VMs two per host, the check fails, then a host fails",
+    "ha-reservation-balance": "oVirt's HA reservation balancing: no move until a host has 5 HA VMs (optimal 2, 200%)",
 }
 
 
