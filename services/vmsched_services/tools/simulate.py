@@ -18,10 +18,11 @@ from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedErro
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.policy_docs import policy_of
 from vmsched.scheduling.units import REGISTRY
-from vmsched.simulation.engine import simulate
+from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
+from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
 from vmsched_services.tools.policy_commands import read_set
 
@@ -101,7 +102,8 @@ async def run_all(workload: Workload, policies: list[Policy]) -> list[PolicyRepo
     for policy in policies:
         recorder = Recorder(workload.cluster.vcpus_per_cpu)
         counts, timing = await simulate(workload, policy, recorder)
-        reports.append(policy_report(policy.name, hosts, counts, timing, recorder.samples))
+        properties = effective_policy(workload, policy).properties
+        reports.append(policy_report(policy.name, hosts, counts, timing, recorder.samples, properties))
     return reports
 
 
@@ -113,6 +115,7 @@ def main(args: argparse.Namespace) -> int:
     policies = policies_of(args.policy, workload)
     reports = asyncio.run(run_all(workload, policies))
     hosts = len(workload.host_ids())
+    judged = verdicts(reports)
     title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {workload.end_s() / 3600:.1f} h"
     if args.out:
         out = Path(args.out)
@@ -125,10 +128,17 @@ def main(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise CommandError(f"{out}: cannot write the results ({exc.strerror or exc})") from None
     if args.json:
-        data = {"workload": workload.name, "hosts": hosts, "policies": [r.as_json(with_samples=False) for r in reports]}
+        data = {
+            "workload": workload.name,
+            "hosts": hosts,
+            "policies": [r.as_json(with_samples=False) for r in reports],
+            "targets": [v.as_json() for v in judged],
+        }
         print(json.dumps(data, indent=2))
     else:
         print(render_table(title, reports))
+        if judged:
+            print("\n" + render_verdicts(judged))
         if args.out:
             print(f"\nreport.json (with every sample) and workload.yaml written to {args.out}")
     return 0

@@ -240,18 +240,25 @@ async def decide(
     )
 
 
+def effective_policy(workload: Workload, policy: Policy) -> Policy:
+    """`policy` as the workload runs it: the workload's defaults under its properties, the
+    workload's properties over them, and HaReservation when the cluster keeps HA reservation (as
+    an attached cluster's policy carries it)."""
+    overrides = dict(workload.policy_properties)
+    if workload.cluster.ha_reservation:
+        overrides[HA_RESERVATION_PROPERTY] = "true"
+    if not overrides and not workload.policy_defaults:
+        return policy
+    properties = {**workload.policy_defaults, **policy.properties, **overrides}
+    return policy.model_copy(update={"properties": properties})
+
+
 class Simulation:
     """One workload under one policy. `run` replays it; `counts` and the sampler get the results."""
 
     def __init__(self, workload: Workload, policy: Policy, sampler: Sampler | None = None) -> None:
         self.workload = workload
-        overrides = dict(workload.policy_properties)
-        if workload.cluster.ha_reservation:
-            overrides[HA_RESERVATION_PROPERTY] = "true"
-        if overrides or workload.policy_defaults:
-            properties = {**workload.policy_defaults, **policy.properties, **overrides}
-            policy = policy.model_copy(update={"properties": properties})
-        self.policy = policy
+        self.policy = policy = effective_policy(workload, policy)
         self.sampler = sampler
         self.settings = ClusterReport(
             cluster_id=CLUSTER_ID,
@@ -827,6 +834,7 @@ __all__ = [
     "Starting",
     "Timing",
     "decide",
+    "effective_policy",
     "host_report",
     "simulate",
 ]

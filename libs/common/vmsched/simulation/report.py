@@ -83,6 +83,8 @@ class Sample:
     ha_per_host_max: int
     #: Hosts not failed and not powered off (what the datacenter pays power for).
     hosts_on: int = 0
+    #: Most VMs on a host (hosts not down).
+    vm_count_max: int = 0
 
 
 def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
@@ -105,6 +107,7 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         vm_count_spread=int(table.vm_count[idx].max() - table.vm_count[idx].min()) if len(idx) else 0,
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
         hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
+        vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
     )
 
 
@@ -156,6 +159,7 @@ class PolicyReport:
     mem_spread_max: float
     mem_std_mean: float
     vm_count_spread_final: int
+    vm_count_max_final: int
     ha_per_host_max_final: int
     #: Spreads (max-min %) averaged over the samples with VMs in the first and in the last quarter
     #: of the run: what balancing made of the placements' spread.
@@ -192,6 +196,8 @@ class PolicyReport:
     #: VM events (arrivals and departures) per wall second of the simulation without the sampler.
     vm_events_per_s: float
     speedup: float
+    #: The policy's properties as simulated (the workload's defaults and overrides applied).
+    properties: dict[str, str] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
 
     def as_json(self, *, with_samples: bool = True) -> dict[str, Any]:
@@ -209,7 +215,14 @@ def _max(values: Sequence[float]) -> float:
     return float(np.max(values)) if values else 0.0
 
 
-def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, samples: Sequence[Sample]) -> PolicyReport:
+def policy_report(
+    policy: str,
+    hosts: int,
+    counts: Counts,
+    timing: Timing,
+    samples: Sequence[Sample],
+    properties: Mapping[str, str] | None = None,
+) -> PolicyReport:
     reasons: Counter[str] = Counter()
     examples: list[str] = []
     for f in counts.failures:
@@ -254,6 +267,7 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         mem_spread_max=round(_max([s.mem_spread for s in busy]), 2),
         mem_std_mean=round(_mean([s.mem_std for s in busy]), 2),
         vm_count_spread_final=last.vm_count_spread if last else 0,
+        vm_count_max_final=last.vm_count_max if last else 0,
         ha_per_host_max_final=last.ha_per_host_max if last else 0,
         cpu_spread_first_quarter=round(_mean([s.cpu_spread for s in first_q]), 2),
         cpu_spread_last_quarter=round(_mean([s.cpu_spread for s in last_q]), 2),
@@ -282,6 +296,7 @@ def policy_report(policy: str, hosts: int, counts: Counts, timing: Timing, sampl
         vm_events=counts.vm_events,
         vm_events_per_s=round(counts.vm_events / engine, 1),
         speedup=round(timing.sim_s / wall, 1),
+        properties=dict(properties or {}),
         samples=list(samples),
     )
 
