@@ -71,3 +71,21 @@ def test_policies_without_targets_get_none_and_speed_is_judged_only_at_scale(sma
     (v,) = verdicts([big])
     assert v.value == pytest.approx(6.0 / 50_000 * SPEED_EVENTS)
     assert v.met
+
+
+def test_the_packing_bounds_cpus_are_those_of_the_hosts_ffd_fills_largest_first() -> None:
+    w = Workload.model_validate(
+        {
+            "hosts": [
+                {"id": "small", "cpu_cores": 32, "mem_mb": 262144},
+                {"id": "large", "cpu_cores": 64, "mem_mb": 524288},
+            ],
+            "arrivals": [{"at_s": 0, "vm_id": "a", "mem_mb": 4096, "vcpus": 2, "pinned_hosts": ["small"]}],
+            "duration_s": 600.0,
+        }
+    )
+    r = report(w, "none")
+    last = r.samples[-1]
+    assert (last.hosts_used, last.ffd_hosts) == (1, 1)
+    assert (last.cpus_used, last.ffd_cpus) == (32.0, 64.0)
+    assert r.cpu_capacity_ratio_mean == 0.5

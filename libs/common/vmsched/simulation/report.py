@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from vmsched.scheduling.hosts import HostTable
 from vmsched.simulation.engine import Counts, Snapshot, Timing
@@ -23,16 +24,25 @@ def first_fit_decreasing(
     items: Mapping[Size, int],
     capacities: Sequence[Sequence[float]],
 ) -> tuple[int, int]:
+    """Bins used and items that fit nowhere; see `ffd_bins`."""
+    used, overflow = ffd_bins(items, capacities)
+    return int(used.sum()), overflow
+
+
+def ffd_bins(
+    items: Mapping[Size, int],
+    capacities: Sequence[Sequence[float]],
+) -> tuple[npt.NDArray[np.bool_], int]:
     """Pack `items` (size vector -> how many) into bins of `capacities` (one vector each, same
     dimensions), first fit, largest items first (by the first dimension, then the next), bins in
     the order given; an item fits a bin when every dimension does.
 
-    Returns (bins used, items that fit nowhere). Identical items are placed together: first fit
+    Returns (which bins are used, items that fit nowhere). Identical items are placed together: first fit
     puts each copy in the first bin with room, so the copies fill the bins in order, each as far as
     it takes, which is one cumulative sum over the bins instead of a loop per copy.
     """
     if not capacities:
-        return 0, sum(items.values())
+        return np.zeros(0, dtype=np.bool_), sum(items.values())
     free = np.array([list(c) for c in capacities], dtype=np.float64)
     used = np.zeros(len(free), dtype=np.bool_)
     overflow = 0
@@ -48,7 +58,7 @@ def first_fit_decreasing(
         free -= take[:, None] * need[None, :]
         used |= take > 0
         overflow += round(float(count - take.sum()))
-    return int(used.sum()), overflow
+    return used, overflow
 
 
 def bins_of(table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None) -> list[tuple[float, float, float]]:
@@ -85,13 +95,20 @@ class Sample:
     hosts_on: int = 0
     #: Most VMs on a host (hosts not down).
     vm_count_max: int = 0
+    #: CPUs of the hosts used, and of the hosts first-fit-decreasing uses (largest first): with
+    #: hosts of several sizes, hosts used can be twice the bound while the CPUs are close to it.
+    cpus_used: float = 0.0
+    ffd_cpus: float = 0.0
 
 
 def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
     table = snapshot.table
     idx = table.index_of(snapshot.alive)
     used = int((table.vm_count[idx] > 0).sum())
-    ffd, _ = first_fit_decreasing(snapshot.demand, bins_of(table, snapshot.alive, vcpus_per_cpu))
+    bins = bins_of(table, snapshot.alive, vcpus_per_cpu)
+    ffd_used, _ = ffd_bins(snapshot.demand, bins)
+    ffd_cpus = sum(load / 100.0 for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
+    cpus_used = float(table.effective_cpus[idx][table.vm_count[idx] > 0].sum())
     cpu = table.cpu_usage_pct[idx]
     usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
     mem = 100.0 * table.mem_committed_mb[idx] / usable
@@ -99,7 +116,7 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         at_s=snapshot.at_s,
         vms=int(table.vm_count.sum()),
         hosts_used=used,
-        ffd_hosts=ffd,
+        ffd_hosts=int(ffd_used.sum()),
         cpu_spread=float(cpu.max() - cpu.min()) if len(idx) else 0.0,
         cpu_std=float(cpu.std()) if len(idx) else 0.0,
         mem_spread=float(mem.max() - mem.min()) if len(idx) else 0.0,
@@ -108,6 +125,8 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
         hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
+        cpus_used=cpus_used,
+        ffd_cpus=ffd_cpus,
     )
 
 
@@ -152,6 +171,8 @@ class PolicyReport:
     #: Mean over samples with VMs of hosts used / FFD hosts (1.0: as tight as the packing bound).
     packing_ratio_mean: float
     packing_ratio_max: float
+    #: Mean over samples with VMs of CPUs of the hosts used / CPUs of the hosts FFD uses.
+    cpu_capacity_ratio_mean: float
     cpu_spread_mean: float
     cpu_spread_max: float
     cpu_std_mean: float
@@ -231,6 +252,7 @@ def policy_report(
             examples.append(f.summary)
     busy = [s for s in samples if s.vms > 0]
     ratios = [s.hosts_used / s.ffd_hosts for s in busy if s.ffd_hosts > 0]
+    capacity = [s.cpus_used / s.ffd_cpus for s in busy if s.ffd_cpus > 0]
     last = samples[-1] if samples else None
     quarter = timing.sim_s / 4.0
     first_q = [s for s in busy if s.at_s <= quarter]
@@ -260,6 +282,7 @@ def policy_report(
         ffd_hosts_final=last.ffd_hosts if last else 0,
         packing_ratio_mean=round(_mean(ratios), 3),
         packing_ratio_max=round(_max(ratios), 3),
+        cpu_capacity_ratio_mean=round(_mean(capacity), 3),
         cpu_spread_mean=round(_mean([s.cpu_spread for s in busy]), 2),
         cpu_spread_max=round(_max([s.cpu_spread for s in busy]), 2),
         cpu_std_mean=round(_mean([s.cpu_std for s in busy]), 2),
@@ -314,6 +337,7 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("hosts powered on (mean)", lambda r: f"{r.hosts_on_mean:.1f}"),
     ("FFD bound (mean)", lambda r: f"{r.ffd_hosts_mean:.1f}"),
     ("used / FFD (mean, max)", lambda r: f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"),
+    ("CPUs of used / of FFD's hosts (mean)", lambda r: f"{r.cpu_capacity_ratio_mean:.2f}"),
     ("CPU spread max-min % (mean)", lambda r: f"{r.cpu_spread_mean:.1f}"),
     ("CPU spread max-min % (worst)", lambda r: f"{r.cpu_spread_max:.1f}"),
     ("CPU std % (mean)", lambda r: f"{r.cpu_std_mean:.1f}"),
@@ -368,6 +392,7 @@ __all__ = [
     "Recorder",
     "Sample",
     "bins_of",
+    "ffd_bins",
     "first_fit_decreasing",
     "policy_report",
     "render_table",

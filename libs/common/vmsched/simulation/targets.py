@@ -58,7 +58,7 @@ def _power_saving(r: PolicyReport) -> list[Verdict]:
             r.packing_ratio_mean,
             1.05,
             r.packing_ratio_mean <= 1.05,
-            "mean over samples with VMs",
+            f"mean over samples with VMs; CPUs of the hosts used / of FFD's {r.cpu_capacity_ratio_mean:.2f}",
         )
     ]
 
