@@ -687,6 +687,12 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "repeat to compare (default: the workload's policies, or none)",
     )
     s.add_argument("--out", metavar="DIR", help="also write report.json (every sample) and workload.yaml here")
+    s.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="also draw utilisation over time and per-host heat maps per policy: PNGs and index.html (all of "
+        "them and the table in one page) here; needs matplotlib (pip install 'vmsched[plots]')",
+    )
     add_json(s, "the numbers")
 
     s = command(sub, "chaos", "run the fault suite against the configured servers (own prefixes)", cmd_chaos)

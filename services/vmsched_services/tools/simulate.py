@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import uuid
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from vmsched.scheduling.policy_docs import policy_of
 from vmsched.scheduling.units import REGISTRY
 from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
+from vmsched.simulation.hostseries import HostSeries
+from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.targets import render_verdicts, verdicts
@@ -96,27 +99,48 @@ def policies_of(names: list[str], workload: Workload | None = None) -> list[Poli
     return out
 
 
-async def run_all(workload: Workload, policies: list[Policy]) -> list[PolicyReport]:
+async def run_all(
+    workload: Workload, policies: list[Policy], *, per_host: bool = False
+) -> list[tuple[PolicyReport, HostSeries | None]]:
+    """Each policy's report and, with `per_host`, every host's utilisation over time (for --plot)."""
     hosts = len(workload.host_ids())
-    reports = []
+    runs = []
     for policy in policies:
-        recorder = Recorder(workload.cluster.vcpus_per_cpu)
+        recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host)
         counts, timing = await simulate(workload, policy, recorder)
         properties = effective_policy(workload, policy).properties
-        reports.append(policy_report(policy.name, hosts, counts, timing, recorder.samples, properties))
-    return reports
+        report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)
+        runs.append((report, recorder.hosts))
+    return runs
+
+
+def write_plots(directory: str, title: str, runs: list[tuple[PolicyReport, HostSeries | None]]) -> list[Path]:
+    """The PNGs and index.html in `directory` (created); their paths."""
+    files = render(title, [PolicyRun(report, hosts) for report, hosts in runs if hosts is not None])
+    out = Path(directory)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name, data in files.items():
+            (out / name).write_bytes(data)
+    except OSError as exc:
+        raise CommandError(f"{out}: cannot write the plots ({exc.strerror or exc})") from None
+    return [out / name for name in files]
 
 
 def main(args: argparse.Namespace) -> int:
     if args.schema:
         print(schema_text(), end="")
         return 0
+    if args.plot:
+        require_matplotlib()  # before the simulation, not after it
     workload = workload_of(args)
     policies = policies_of(args.policy, workload)
-    reports = asyncio.run(run_all(workload, policies))
+    runs = asyncio.run(run_all(workload, policies, per_host=bool(args.plot)))
+    reports = [report for report, _ in runs]
     hosts = len(workload.host_ids())
     judged = verdicts(reports)
     title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {workload.end_s() / 3600:.1f} h"
+    plotted = write_plots(args.plot, title, runs) if args.plot else []
     if args.out:
         out = Path(args.out)
         try:
@@ -141,7 +165,10 @@ def main(args: argparse.Namespace) -> int:
             print("\n" + render_verdicts(judged))
         if args.out:
             print(f"\nreport.json (with every sample) and workload.yaml written to {args.out}")
+    if plotted:
+        # With --json on stderr, so what stdout carries stays one JSON document.
+        print("\nplots written:\n" + "\n".join(f"  {path}" for path in plotted), file=sys.stderr if args.json else None)
     return 0
 
 
-__all__ = ["main", "policies_of", "read_workload", "run_all", "workload_of"]
+__all__ = ["main", "policies_of", "read_workload", "run_all", "workload_of", "write_plots"]

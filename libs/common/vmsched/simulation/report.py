@@ -12,8 +12,9 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.hosts import FloatArray, HostTable, IndexArray
 from vmsched.simulation.engine import Counts, Snapshot, Timing
+from vmsched.simulation.hostseries import HostSeries, Metric
 
 # ------------------------------------------------------------------------------ packing bound
 #: An item's size, one number per dimension.
@@ -91,6 +92,9 @@ class Sample:
     vm_count_spread: int
     #: Most highly available VMs on one host.
     ha_per_host_max: int
+    #: Mean CPU % and memory % of the hosts in use (with VMs): how full packing makes them.
+    cpu_mean_in_use: float
+    mem_mean_in_use: float
     #: Hosts not failed and not powered off (what the datacenter pays power for).
     hosts_on: int = 0
     #: Most VMs on a host (hosts not down).
@@ -101,17 +105,22 @@ class Sample:
     ffd_cpus: float = 0.0
 
 
+def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArray]:
+    """CPU % and memory % (committed of what VMs may use) of the hosts at `idx`."""
+    usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
+    return table.cpu_usage_pct[idx], 100.0 * table.mem_committed_mb[idx] / usable
+
+
 def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
     table = snapshot.table
     idx = table.index_of(snapshot.alive)
-    used = int((table.vm_count[idx] > 0).sum())
+    in_use = table.vm_count[idx] > 0
+    used = int(in_use.sum())
     bins = bins_of(table, snapshot.alive, vcpus_per_cpu)
     ffd_used, _ = ffd_bins(snapshot.demand, bins)
     ffd_cpus = sum(load / 100.0 for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
-    cpus_used = float(table.effective_cpus[idx][table.vm_count[idx] > 0].sum())
-    cpu = table.cpu_usage_pct[idx]
-    usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
-    mem = 100.0 * table.mem_committed_mb[idx] / usable
+    cpus_used = float(table.effective_cpus[idx][in_use].sum())
+    cpu, mem = utilisation(table, idx)
     return Sample(
         at_s=snapshot.at_s,
         vms=int(table.vm_count.sum()),
@@ -123,6 +132,8 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         mem_std=float(mem.std()) if len(idx) else 0.0,
         vm_count_spread=int(table.vm_count[idx].max() - table.vm_count[idx].min()) if len(idx) else 0,
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
+        cpu_mean_in_use=float(cpu[in_use].mean()) if used else 0.0,
+        mem_mean_in_use=float(mem[in_use].mean()) if used else 0.0,
         hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
@@ -131,14 +142,23 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
 
 
 class Recorder:
-    """The sampler a simulation calls: keeps one Sample per sample instant."""
+    """The sampler a simulation calls: keeps one Sample per sample instant and, with `per_host`,
+    every host's CPU %, memory % and VM count (bounded in time: HostSeries) for the heat maps."""
 
-    def __init__(self, vcpus_per_cpu: float | None = None) -> None:
+    def __init__(self, vcpus_per_cpu: float | None = None, *, per_host: bool = False) -> None:
         self.vcpus_per_cpu = vcpus_per_cpu
         self.samples: list[Sample] = []
+        self.hosts: HostSeries | None = HostSeries() if per_host else None
 
     def __call__(self, snapshot: Snapshot) -> None:
         self.samples.append(sample_of(snapshot, self.vcpus_per_cpu))
+        if self.hosts is not None:
+            table = snapshot.table
+            cpu, mem = utilisation(table, np.arange(len(table)))
+            down = np.ones(len(table), dtype=np.bool_)
+            down[table.index_of(snapshot.alive)] = False
+            values: dict[Metric, FloatArray] = {"cpu": cpu, "mem": mem, "vms": table.vm_count}
+            self.hosts.add(snapshot.at_s, table.ids, values, down)
 
 
 # ------------------------------------------------------------------------------ the report
@@ -397,4 +417,5 @@ __all__ = [
     "policy_report",
     "render_table",
     "sample_of",
+    "utilisation",
 ]
