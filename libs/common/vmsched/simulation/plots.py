@@ -111,7 +111,7 @@ def png(fig: Figure) -> bytes:
 #: whether the values are counts (whole-number ticks).
 PANELS: tuple[tuple[str, str, Callable[[Sample], float], bool], ...] = (
     ("Hosts in use (with VMs)", "hosts", lambda s: s.hosts_used, True),
-    ("VMs running", "VMs", lambda s: s.vms, True),
+    ("Hosts powered on (not failed, not powered off)", "hosts", lambda s: s.hosts_on, True),
     ("CPU spread: busiest host - idlest host", "CPU spread (% points)", lambda s: s.cpu_spread, False),
     ("Memory spread: fullest host - emptiest host", "memory spread (% points)", lambda s: s.mem_spread, False),
     ("Mean CPU of the hosts in use", "CPU used (%)", lambda s: s.cpu_mean_in_use, False),
@@ -279,7 +279,7 @@ def heat_figure(title: str, policy: str, hosts: HostSeries, scale: dict[Metric, 
 
 
 def _heat_note(heat: HeatMap) -> str:
-    parts = ["grey: host down"] if bool(np.isnan(heat.values).any()) else []
+    parts = ["grey: host down or powered off"] if bool(np.isnan(heat.values).any()) else []
     if heat.samples_per_column > 1:
         parts.append(f"each column: the mean of {heat.samples_per_column} samples")
     if heat.hosts_per_row > 1:

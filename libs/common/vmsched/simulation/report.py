@@ -157,6 +157,7 @@ class Recorder:
             cpu, mem = utilisation(table, np.arange(len(table)))
             down = np.ones(len(table), dtype=np.bool_)
             down[table.index_of(snapshot.alive)] = False
+            down[table.index_of(sorted(snapshot.off))] = True  # powered off: nothing to show either
             values: dict[Metric, FloatArray] = {"cpu": cpu, "mem": mem, "vms": table.vm_count}
             self.hosts.add(snapshot.at_s, table.ids, values, down)
 
