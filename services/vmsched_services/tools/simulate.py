@@ -2,7 +2,8 @@
 policies in this process and print, side by side, how each placed it.
 
 The decisions are `vmsched.scheduling.placement.place`'s with the policy's own units, so what a
-simulation shows is what the selector would decide; nothing here talks to the servers.
+simulation shows is what the selector would decide; nothing here talks to the servers. With
+`--over-bus` the real services make them (tools/simulate_bus.py, which prints with `emit`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedError
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
@@ -98,26 +100,52 @@ def main(args: argparse.Namespace) -> int:
     workload = workload_of(args)
     policies = policies_of(args.policy)
     reports = asyncio.run(run_all(workload, policies))
+    return emit(args, workload, reports)
+
+
+def emit(
+    args: argparse.Namespace,
+    workload: Workload,
+    reports: list[PolicyReport],
+    *,
+    how: str = "",
+    json_extra: dict[str, Any] | None = None,
+    text_extra: str = "",
+) -> int:
+    """Print the reports side by side (or as JSON) and write --out; `how` ends the title, `json_extra`
+    joins the JSON and `text_extra` follows the table."""
     hosts = len(workload.host_ids())
-    title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {workload.end_s() / 3600:.1f} h"
+    span = f"{workload.end_s() / 3600:.1f} h"
+    title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {span}{how}"
     if args.out:
         out = Path(args.out)
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / "report.json").write_text(
-                json.dumps({"workload": workload.name, "policies": [r.as_json() for r in reports]}, indent=2) + "\n"
+                json.dumps(
+                    {"workload": workload.name, "policies": [r.as_json() for r in reports], **(json_extra or {})},
+                    indent=2,
+                )
+                + "\n"
             )
             (out / "workload.yaml").write_text(dump_workload(workload))
         except OSError as exc:
             raise CommandError(f"{out}: cannot write the results ({exc.strerror or exc})") from None
     if args.json:
-        data = {"workload": workload.name, "hosts": hosts, "policies": [r.as_json(with_samples=False) for r in reports]}
+        data = {
+            "workload": workload.name,
+            "hosts": hosts,
+            "policies": [r.as_json(with_samples=False) for r in reports],
+            **(json_extra or {}),
+        }
         print(json.dumps(data, indent=2))
     else:
         print(render_table(title, reports))
+        if text_extra:
+            print(text_extra)
         if args.out:
             print(f"\nreport.json (with every sample) and workload.yaml written to {args.out}")
     return 0
 
 
-__all__ = ["main", "policies_of", "read_workload", "run_all", "workload_of"]
+__all__ = ["emit", "main", "policies_of", "read_workload", "run_all", "workload_of"]
