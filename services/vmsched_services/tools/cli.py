@@ -20,7 +20,7 @@ vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history
                                    administer policies (the policy-admin service), from files in git
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
-vmsched simulate [--workload FILE | --scenario NAME | --generate] --policy P [--policy Q ...]
+vmsched simulate [--workload FILE | --scenario NAME | --generate] --policy P [--policy Q ...] [--over-bus]
                                    replay a workload against policies on a simulated clock
 vmsched chaos [EXPERIMENT ...] [--long] [--json]
                                    the fault suite against the configured servers
@@ -364,6 +364,10 @@ def hours(value: str) -> float:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
+    if args.over_bus and not args.schema:
+        from vmsched_services.tools.simulate_bus import main as over_bus_main
+
+        return over_bus_main(args, settings())
     from vmsched_services.tools.simulate import main as simulate_main
 
     return simulate_main(args)
@@ -660,7 +664,13 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         description="Replay a workload (a file, a built-in scenario, or a generated one) against each --policy "
         "in this process, with the selector's own placement function, and compare them side by side: hosts "
         "used against first-fit-decreasing, utilisation spread, placement failures and why, speed; a policy with "
-        "a balance unit also balances (migrations per host per hour, spread by quarter, ping-pong).",
+        "a balance unit also balances (migrations per host per hour, spread by quarter, ping-pong). With --over-bus "
+        "the real services decide instead (the configured VMSCHED_* servers; a service no process runs is started "
+        "in this one): the state tracker is told the simulated cluster before each decision and the selector "
+        "places each arrival and each migration's target. The balancing pass itself (which VM moves) stays in "
+        "this process on the simulated clock. Slower, and the same decisions unless one depends on elapsed time "
+        "(the services judge time by the wall clock: CPUOverloaded's overload duration); each policy is also "
+        "replayed in process and the decisions that differ are listed.",
     )
     source = s.add_mutually_exclusive_group()
     source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
@@ -685,6 +695,13 @@ def _add_tool_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="P",
         help="a built-in policy's name, a policy file (vmsched policy format) or a policy the workload comes with; "
         "repeat to compare (default: the workload's policies, or none)",
+    )
+    s.add_argument(
+        "--over-bus",
+        action="store_true",
+        help="decide through the real services (RabbitMQ, Redis, PostgreSQL as VMSCHED_* say; services not "
+        "running are started in this process), on a cluster of its own removed at the end; balancing passes "
+        "stay here, their targets are the selector's; compared with the in-process replay",
     )
     s.add_argument("--out", metavar="DIR", help="also write report.json (every sample) and workload.yaml here")
     s.add_argument(

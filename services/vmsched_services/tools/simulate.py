@@ -2,7 +2,8 @@
 policies in this process and print, side by side, how each placed it.
 
 The decisions are `vmsched.scheduling.placement.place`'s with the policy's own units, so what a
-simulation shows is what the selector would decide; nothing here talks to the servers.
+simulation shows is what the selector would decide; nothing here talks to the servers. With
+`--over-bus` the real services make them (tools/simulate_bus.py, which prints with `emit`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedError
@@ -136,17 +138,36 @@ def main(args: argparse.Namespace) -> int:
     workload = workload_of(args)
     policies = policies_of(args.policy, workload)
     runs = asyncio.run(run_all(workload, policies, per_host=bool(args.plot)))
+    return emit(args, workload, runs)
+
+
+def emit(
+    args: argparse.Namespace,
+    workload: Workload,
+    runs: list[tuple[PolicyReport, HostSeries | None]],
+    *,
+    how: str = "",
+    json_extra: dict[str, Any] | None = None,
+    text_extra: str = "",
+) -> int:
+    """Print the reports side by side (or as JSON) with the quality targets, write --out and --plot;
+    `how` ends the title, `json_extra` joins the JSON and `text_extra` follows the table."""
     reports = [report for report, _ in runs]
     hosts = len(workload.host_ids())
     judged = verdicts(reports)
-    title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {workload.end_s() / 3600:.1f} h"
+    span = f"{workload.end_s() / 3600:.1f} h"
+    title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {span}{how}"
     plotted = write_plots(args.plot, title, runs) if args.plot else []
     if args.out:
         out = Path(args.out)
         try:
             out.mkdir(parents=True, exist_ok=True)
             (out / "report.json").write_text(
-                json.dumps({"workload": workload.name, "policies": [r.as_json() for r in reports]}, indent=2) + "\n"
+                json.dumps(
+                    {"workload": workload.name, "policies": [r.as_json() for r in reports], **(json_extra or {})},
+                    indent=2,
+                )
+                + "\n"
             )
             (out / "workload.yaml").write_text(dump_workload(workload))
         except OSError as exc:
@@ -157,12 +178,15 @@ def main(args: argparse.Namespace) -> int:
             "hosts": hosts,
             "policies": [r.as_json(with_samples=False) for r in reports],
             "targets": [v.as_json() for v in judged],
+            **(json_extra or {}),
         }
         print(json.dumps(data, indent=2))
     else:
         print(render_table(title, reports))
         if judged:
             print("\n" + render_verdicts(judged))
+        if text_extra:
+            print(text_extra)
         if args.out:
             print(f"\nreport.json (with every sample) and workload.yaml written to {args.out}")
     if plotted:
@@ -171,4 +195,4 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["main", "policies_of", "read_workload", "run_all", "workload_of", "write_plots"]
+__all__ = ["emit", "main", "policies_of", "read_workload", "run_all", "workload_of", "write_plots"]
