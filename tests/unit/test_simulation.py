@@ -419,17 +419,25 @@ def test_simulate_bad_workload_file_names_the_field(tmp_path: Path, capsys: pyte
     assert "hosts.0.cpu_cores" in err
 
 
-CSV_WORKLOAD = """kind,id,at_s,end_s,count,cpu_cores,mem_mb,vcpus,ha,cpu_usage_pct,networks,lifetime_s,repair_s
-host,h,,,3,16,65536,,,,vmnet;storage,,
-arrival,vm1,0,,,,4096,2,true,30,vmnet,3600,
-arrival,vm2,60,,,,2048,1,false,10,,,
-departure,vm2,1800,,,,,,,,,,
-failure,h2,2400,,,,,,,,,,600
-maintenance,h3,100,900,,,,,,,,,
+CSV_WORKLOAD = """kind,id,at_s,end_s,count,cpu_cores,mem_mb,vcpus,ha,cpu_usage_pct,networks,lifetime_s,repair_s,value
+setting,start_delay_s,,,,,,,,,,,,30
+setting,cluster.ha_reservation,,,,,,,,,,,,true
+setting,policy_properties.HighUtilization,,,,,,,,,,,,70
+setting,load_curve,,,,,,,,,,,,0.5;0.5;0.5;0.5;0.5;0.5;1;1;1;1;1;1;1.5;1.5;1.5;1.5;1.5;1.5;1;1;1;1;1;1
+host,h,,,3,16,65536,,,,vmnet;storage,,,
+arrival,vm1,0,,,,4096,2,true,30,vmnet,3600,,
+arrival,vm2,60,,,,2048,1,false,10,,,,
+departure,vm2,1800,,,,,,,,,,,
+failure,h2,2400,,,,,,,,,,600,
+maintenance,h3,100,900,,,,,,,,,,
 """
 
 YAML_WORKLOAD = """
 name: w.csv
+start_delay_s: 30
+cluster: {ha_reservation: true}
+policy_properties: {HighUtilization: "70"}
+load_curve: [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1, 1, 1, 1, 1, 1, 1.5, 1.5, 1.5, 1.5, 1.5, 1.5, 1, 1, 1, 1, 1, 1]
 hosts: [{id: h, count: 3, cpu_cores: 16, mem_mb: 65536, networks: [vmnet, storage]}]
 arrivals:
   - {vm_id: vm1, at_s: 0, mem_mb: 4096, vcpus: 2, ha: true, cpu_usage_pct: 30, networks: [vmnet], lifetime_s: 3600}
@@ -445,9 +453,15 @@ def test_a_csv_workload_is_the_same_workload_as_its_yaml() -> None:
 
 
 def test_a_broken_csv_workload_says_which_line_or_column() -> None:
-    with pytest.raises(InvalidRequest, match="line 3: kind 'vm' is not one of host, arrival"):
+    with pytest.raises(InvalidRequest, match="line 7: kind 'vm' is not one of host, arrival"):
         parse_workload(CSV_WORKLOAD.replace("arrival,vm1", "vm,vm1"), "w.csv")
     with pytest.raises(InvalidRequest, match=r"\(unknown: colour\)"):
         parse_workload("kind,id,colour\nhost,h,red\n", "w.csv")
     with pytest.raises(InvalidRequest, match=r"arrivals\.0\.mem_mb"):
         parse_workload(CSV_WORKLOAD.replace("4096", "lots"), "w.csv")
+    with pytest.raises(InvalidRequest, match="line 2: setting 'start_delay' is not a workload setting"):
+        parse_workload(CSV_WORKLOAD.replace("setting,start_delay_s", "setting,start_delay"), "w.csv")
+    with pytest.raises(InvalidRequest, match="line 2: setting 'arrivals' is not a workload setting"):
+        parse_workload(CSV_WORKLOAD.replace("setting,start_delay_s", "setting,arrivals"), "w.csv")
+    with pytest.raises(InvalidRequest, match=r"start_delay_s: Input should be a valid number"):
+        parse_workload(CSV_WORKLOAD.replace(",30\n", ",soon\n", 1), "w.csv")

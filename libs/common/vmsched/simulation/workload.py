@@ -265,11 +265,13 @@ def schema_text() -> str:
     return json.dumps(workload_schema(), indent=2, sort_keys=True) + "\n"
 
 
-#: The columns of a CSV workload: one row per host or event, `kind` saying which; a row fills the
-#: columns its kind uses. Lists (networks, affinity_groups, pinned_hosts) are separated by ";".
+#: The columns of a CSV workload: one row per host, event or setting, `kind` saying which; a row
+#: fills the columns its kind uses. Lists (networks, affinity_groups, pinned_hosts, a setting's
+#: load_curve) are separated by ";". A setting row names a top-level field in `id`, or a nested one
+#: with dots (cluster.ha_reservation, policy_properties.HighUtilization), and gives its `value`.
 CSV_COLUMNS: tuple[str, ...] = (
-    "kind",  # host | arrival | departure | failure | maintenance
-    "id",  # the host's id (host, failure, maintenance) or the VM's (arrival, departure)
+    "kind",  # host | arrival | departure | failure | maintenance | setting
+    "id",  # the host's id (host, failure, maintenance), the VM's (arrival, departure), a setting's name
     "at_s",  # arrival, departure, failure; maintenance: its start
     "end_s",  # maintenance: its end
     "count",
@@ -284,7 +286,10 @@ CSV_COLUMNS: tuple[str, ...] = (
     "pinned_hosts",
     "lifetime_s",
     "repair_s",
+    "value",  # setting
 )
+#: Settings a CSV row may set: the workload's scalar fields, and these mappings' entries.
+_CSV_SETTING_MAPS = frozenset({"cluster", "policy_properties", "policy_defaults"})
 _CSV_FIELDS: dict[str, tuple[str, dict[str, str]]] = {
     # kind -> (the workload's list, column -> field)
     "host": (
@@ -318,6 +323,8 @@ _CSV_FIELDS: dict[str, tuple[str, dict[str, str]]] = {
     "maintenance": ("maintenance", {"id": "host_id", "at_s": "start_s", "end_s": "end_s"}),
 }
 _CSV_LISTS = frozenset({"networks", "affinity_groups", "pinned_hosts"})
+#: Fields filled by rows of their own kind (hosts, arrivals, ...) or not expressible in CSV (policies).
+_CSV_FIELDS_SECTIONS = frozenset({section for section, _ in _CSV_FIELDS.values()} | {"policies", "affinity_groups"})
 
 
 def _csv_workload(text: str, source: str) -> dict[str, Any]:
@@ -332,8 +339,12 @@ def _csv_workload(text: str, source: str) -> dict[str, Any]:
     raw: dict[str, Any] = {"name": source.rsplit("/", 1)[-1]}
     for line, row in enumerate(reader, start=2):
         kind = (row.get("kind") or "").strip()
+        if kind == "setting":
+            _csv_setting(raw, (row.get("id") or "").strip(), (row.get("value") or "").strip(), f"{source}: line {line}")
+            continue
         if kind not in _CSV_FIELDS:
-            raise InvalidRequest(f"{source}: line {line}: kind {kind!r} is not one of {', '.join(_CSV_FIELDS)}")
+            kinds = ", ".join([*_CSV_FIELDS, "setting"])
+            raise InvalidRequest(f"{source}: line {line}: kind {kind!r} is not one of {kinds}")
         section, fields = _CSV_FIELDS[kind]
         entry: dict[str, Any] = {}
         for column, field in fields.items():
@@ -342,6 +353,19 @@ def _csv_workload(text: str, source: str) -> dict[str, Any]:
                 entry[field] = [v.strip() for v in value.split(";") if v.strip()] if column in _CSV_LISTS else value
         raw.setdefault(section, []).append(entry)
     return raw
+
+
+def _csv_setting(raw: dict[str, Any], name: str, value: str, where: str) -> None:
+    top, _, key = name.partition(".")
+    if key and top in _CSV_SETTING_MAPS:
+        raw.setdefault(top, {})[key] = value
+    elif not key and top in Workload.model_fields and top not in _CSV_FIELDS_SECTIONS | _CSV_SETTING_MAPS:
+        raw[top] = [v.strip() for v in value.split(";") if v.strip()] if top == "load_curve" else value
+    else:
+        raise InvalidRequest(
+            f"{where}: setting {name!r} is not a workload setting (a top-level field such as start_delay_s, "
+            f"or {', '.join(sorted(_CSV_SETTING_MAPS))} with a dot and a key)"
+        )
 
 
 def parse_workload(text: str, source: str = "workload") -> Workload:
