@@ -10,6 +10,13 @@ duration): units never read the clock themselves.
 Columns come in three groups, declared once below: numeric (float arrays), boolean arrays, and
 per-host Python objects (sets, mappings) that no array can hold. Adding a host attribute means
 adding it to one group (_NUMERIC, _BOOLEAN or _OBJECT) and to HostTable's fields.
+
+A table is immutable, and a decision at 10,000 hosts must not cost a pass over every host in
+Python: copies share what did not change (`with_rows` copies only the columns whose changed rows
+differ, `with_pending` with nothing pending copies nothing), and a table keeps what it derived from
+its object columns for the next version (`factors`: the distinct values of a shared column, so
+"which hosts have network n" is one test per distinct network set; where each VM runs, for
+affinity). Sub-tables (`take`) know their rows in the whole cluster and read those from it.
 """
 
 from __future__ import annotations
@@ -18,9 +25,10 @@ import heapq
 import math
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +44,26 @@ IndexArray = npt.NDArray[np.intp]
 _NOTHING: frozenset[str] = frozenset()
 
 
+class Positions:
+    """Row positions as an array, and as a list of ints when first read one by one (a list of
+    10,000 ints costs more than most units that read a sub-table)."""
+
+    __slots__ = ("_list", "array")
+
+    def __init__(self, array: IndexArray) -> None:
+        self.array = array
+        self._list: list[int] | None = None
+
+    @property
+    def list(self) -> list[int]:
+        if self._list is None:
+            self._list = self.array.tolist()
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+
 class Rows(Sequence[T]):
     """The items of a column at some positions, looked up when read (a sub-table's object column).
 
@@ -45,21 +73,21 @@ class Rows(Sequence[T]):
 
     __slots__ = ("_base", "_items", "_rows")
 
-    def __init__(self, base: Sequence[T], rows: list[int]) -> None:
+    def __init__(self, base: Sequence[T], rows: Positions) -> None:
         self._base, self._rows = base, rows
         self._items: tuple[T, ...] | None = None
 
     @classmethod
-    def pick(cls, column: Sequence[T], rows: list[int]) -> Sequence[T]:
+    def pick(cls, column: Sequence[T], rows: Positions) -> Sequence[T]:
         if isinstance(column, Rows):  # compose, so reads never go through a chain of views
             if column._items is not None:
                 return cls(column._items, rows)
-            return cls(column._base, [column._rows[r] for r in rows])
+            return cls(column._base, Positions(column._rows.array[rows.array]))
         return cls(column, rows)
 
     def _tuple(self) -> tuple[T, ...]:
         if self._items is None:
-            self._items = tuple(map(self._base.__getitem__, self._rows))
+            self._items = tuple(map(self._base.__getitem__, self._rows.list))
         return self._items
 
     @overload
@@ -71,7 +99,7 @@ class Rows(Sequence[T]):
             return self._tuple()[i]
         if self._items is not None:
             return self._items[i]
-        return self._base[self._rows[i]]
+        return self._base[self._rows.list[i]]
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -156,6 +184,115 @@ def _map(values: Mapping[Any, Any]) -> Mapping[Any, Any]:
     return values or _NO_ENTRIES
 
 
+class SortedIds(tuple[str, ...]):
+    """Host ids in strictly ascending order: a table's ids when they are (the state caches keep
+    their tables sorted by id), kept so through its sub-tables, so a selector breaks ties by id
+    with a stable sort instead of comparing 10,000 strings on every decision."""
+
+    __slots__ = ()
+
+
+def _ids(ids: Iterable[str]) -> tuple[str, ...]:
+    """`ids` as a tuple, a SortedIds when they ascend."""
+    out = tuple(ids)
+    return SortedIds(out) if all(a < b for a, b in pairwise(out)) else out
+
+
+@dataclass(frozen=True, eq=False)
+class Factors:
+    """An object column as codes into its distinct values: column[i] == values[codes[i]]."""
+
+    #: The column these are the factors of (held, so the identity test stays sound).
+    source: Sequence[Any]
+    codes: IndexArray
+    values: tuple[Any, ...]
+    #: value -> its code
+    lookup: Mapping[Any, int]
+
+    @classmethod
+    def of(cls, column: Sequence[Any]) -> Factors:
+        lookup: dict[Any, int] = {}
+        codes = np.fromiter((lookup.setdefault(v, len(lookup)) for v in column), dtype=np.intp, count=len(column))
+        return cls(column, codes, tuple(lookup), lookup)
+
+    def with_rows(self, column: Sequence[Any], rows: Sequence[int], values: Sequence[Any]) -> Factors:
+        """The factors of `column`, this column with the values at `rows` changed to `values`."""
+        codes = self.codes.copy()
+        lookup: dict[Any, int] | None = None
+        for i, v in zip(rows, values, strict=True):
+            k = (lookup or self.lookup).get(v)
+            if k is None:
+                lookup = lookup if lookup is not None else dict(self.lookup)
+                k = lookup[v] = len(lookup)
+            codes[i] = k
+        if lookup is None:
+            return Factors(column, codes, self.values, self.lookup)
+        return Factors(column, codes, tuple(lookup), lookup)
+
+
+class _VmIndex:
+    """Where VMs run in `source` (a vm_ids column): the rows of each VM in an earlier version of
+    the column (`base`), and the rows changed since (`fresh`). A VM runs at those of its base rows
+    that still hold it and at the fresh rows that hold it (rows keep their positions from version
+    to version: `with_rows`). Rebuilding costs a pass over every VM, so versions extend it until
+    `fresh` grows too long."""
+
+    __slots__ = ("base", "fresh", "source")
+
+    def __init__(
+        self, source: Sequence[frozenset[str]], base: Mapping[str, tuple[int, ...]], fresh: frozenset[int]
+    ) -> None:
+        self.source, self.base, self.fresh = source, base, fresh
+
+    @classmethod
+    def of(cls, vm_ids: Sequence[frozenset[str]]) -> _VmIndex:
+        base: dict[str, tuple[int, ...]] = {}
+        for i, ids in enumerate(vm_ids):
+            for v in ids:
+                base[v] = (*base.get(v, ()), i)
+        return cls(vm_ids, base, frozenset())
+
+    def extended(self, vm_ids: Sequence[frozenset[str]], rows: Iterable[int], limit: int) -> _VmIndex | None:
+        """The index of `vm_ids`, this column with `rows` changed (None: rebuild instead)."""
+        fresh = self.fresh.union(rows)
+        return _VmIndex(vm_ids, self.base, fresh) if len(fresh) <= limit else None
+
+    def rows(self, vm: str) -> set[int]:
+        vm_ids = self.source
+        found = {r for r in self.base.get(vm, ()) if vm in vm_ids[r]}
+        found.update(r for r in self.fresh if vm in vm_ids[r])
+        return found
+
+
+class _Memo:
+    """What tables derived from their object columns (factors of shared columns, where VMs run),
+    each entry valid for the table whose column is its `source` (the same object): versions that
+    keep a column (`with_pending`, `with_rows`) keep what was derived from it."""
+
+    __slots__ = ("factors", "ids", "vm_index")
+
+    def __init__(self, factors: dict[str, Factors] | None = None, vm_index: _VmIndex | None = None) -> None:
+        self.factors: dict[str, Factors] = factors if factors is not None else {}
+        self.vm_index = vm_index
+        #: (ids, the same as an array of objects), to take sub-tables' ids by array indexing.
+        self.ids: tuple[tuple[str, ...], npt.NDArray[np.object_]] | None = None
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether a changed row's object value can stay as it was: the same object, or an equal set,
+    string or CPU history (bit for bit; mappings only when the same object)."""
+    if old is new:
+        return True
+    kind = type(old)
+    if kind is not type(new):
+        return False
+    if kind is frozenset or kind is str:
+        return bool(old == new)
+    if kind is CpuSamples:
+        return bool(old.times.tobytes() == new.times.tobytes() and old.loads.tobytes() == new.loads.tobytes())
+    return False
+
+
 #: name -> how to read it from a HostState. Order is the order of HostTable's float fields.
 _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "cpu_sockets": lambda h: h.report.cpu_sockets,
@@ -209,6 +346,7 @@ PENDING_COLUMNS: tuple[str, ...] = ("pending_mem_mb", "pending_vcpus", "pending_
 NUMERIC_COLUMNS: tuple[str, ...] = (*_NUMERIC, *PENDING_COLUMNS)
 BOOLEAN_COLUMNS: tuple[str, ...] = tuple(_BOOLEAN)
 OBJECT_COLUMNS: tuple[str, ...] = (*_OBJECT, "pending_vm_ids")
+_ARRAY_COLUMNS: frozenset[str] = frozenset((*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS))
 
 
 @dataclass(frozen=True, eq=False)
@@ -272,6 +410,11 @@ class HostTable:
     _cluster: HostTable | None = field(default=None, repr=False)
     #: host id -> position; built on first lookup (most sub-tables are never searched by id).
     _index: dict[str, int] | None = field(default=None, repr=False)
+    #: A sub-table's rows in `cluster`, ascending (None: the whole cluster, or not known).
+    _rows: IndexArray | None = field(default=None, repr=False)
+    #: (pending_vm_ids, the rows where it holds a VM): known when the column was built.
+    _pending_rows: tuple[Sequence[frozenset[str]], tuple[int, ...]] | None = field(default=None, repr=False)
+    _memo: _Memo = field(default_factory=_Memo, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -282,6 +425,18 @@ class HostTable:
             object.__setattr__(self, "_index", {h: i for i, h in enumerate(self.ids)})
         assert self._index is not None
         return self._index
+
+    @property
+    def _root(self) -> bool:
+        return self._cluster is None
+
+    def _evolve(self, **changes: Any) -> HostTable:
+        """A copy with `changes` (fields by name), as dataclasses.replace makes it, without passing
+        45 fields through __init__ (twice per decision)."""
+        copy = object.__new__(HostTable)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(changes)
+        return copy
 
     def columns(self) -> dict[str, Any]:
         """Every column by name (for building a modified copy)."""
@@ -320,59 +475,141 @@ class HostTable:
         cols.update({name: bits[:, j] != 0 for j, name in enumerate(_BOOLEAN)})
         cols.update({name: tuple(column) for name, column in zip(_OBJECT, values, strict=True)})
         cols["pending_vm_ids"] = (_NOTHING,) * n
-        return cls(ids=tuple(ids), settings=settings, **cols)
+        return cls(ids=_ids(ids), settings=settings, _pending_rows=(cols["pending_vm_ids"], ()), **cols)
 
     def with_pending(self, entries: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
         """A copy with the pending columns summed from `entries` (other hosts' entries are ignored),
         evaluated at `now` when given."""
+        index = self.index
+        placed = [(i, e) for e in entries if (i := index.get(e.host_id)) is not None]
+        as_of = self.as_of if now is None else now
+        if not placed and self._nothing_pending():
+            # Nothing pending before or after (a simulation's usual decision): nothing to copy.
+            return self._evolve(as_of=as_of, _rows=self._rows if self._root else None)
         n = len(self)
         mem, vcpus, pinned, count = (np.zeros(n, dtype=np.float64) for _ in range(4))
         # Most hosts have nothing pending: they share one empty set.
         vm_ids: list[frozenset[str]] = [_NOTHING] * n
-        index = self.index
-        for e in entries:
-            i = index.get(e.host_id)
-            if i is None:
-                continue
+        for i, e in placed:
             mem[i] += e.mem_mb
             vcpus[i] += e.vcpus
             pinned[i] += e.cpus_pinned
             count[i] += 1
             vm_ids[i] = vm_ids[i] | {e.vm_id}
-        return replace(
-            self,
+        pending_ids = tuple(vm_ids)
+        return self._evolve(
             pending_mem_mb=mem,
             pending_vcpus=vcpus,
             pending_cpus_pinned=pinned,
             pending_vm_count=count,
-            pending_vm_ids=tuple(vm_ids),
-            as_of=self.as_of if now is None else now,
+            pending_vm_ids=pending_ids,
+            as_of=as_of,
             _index=self._index,
+            # A sub-table's pending no longer is its cluster's: it reads its own rows from now on.
+            _rows=self._rows if self._root else None,
+            _pending_rows=(pending_ids, tuple(sorted({i for i, _ in placed}))),
         )
+
+    def _nothing_pending(self) -> bool:
+        if self.pending_rows():
+            return False
+        columns = (self.pending_mem_mb, self.pending_vcpus, self.pending_cpus_pinned, self.pending_vm_count)
+        return not any(c.any() for c in columns)
+
+    def pending_rows(self) -> tuple[int, ...]:
+        """Positions of the hosts with a VM pending, ascending."""
+        known = self._pending_rows
+        if known is not None and known[0] is self.pending_vm_ids:
+            return known[1]
+        rows = tuple(i for i, ids in enumerate(self.pending_vm_ids) if ids)
+        object.__setattr__(self, "_pending_rows", (self.pending_vm_ids, rows))
+        return rows
+
+    def factors(self, name: str) -> Factors:
+        """The factors of object column `name` (one of the shared columns: networks, arch,
+        hypervisor_type, cpu_models, emulated_machines, host_groups), kept for the next versions."""
+        if name not in _SHARED:
+            raise ValueError(f"no factors of column {name!r}: only of {sorted(_SHARED)}")
+        column = getattr(self, name)
+        found = self._memo.factors.get(name)
+        if found is not None and found.source is column:
+            return found
+        if self._rows is not None:
+            # A sub-table's values are the cluster's at its rows.
+            whole = self.cluster.factors(name)
+            found = Factors(column, whole.codes[self._rows], whole.values, whole.lookup)
+        else:
+            found = Factors.of(column)
+        self._memo.factors[name] = found
+        return found
 
     def with_rows(self, changed: Mapping[str, HostState], settings: ClusterReport | None = None) -> HostTable | None:
         """A copy with the rows of `changed` hosts replaced, or None if one of them is new here.
 
-        The state caches use this to move from one version to the next in O(changed hosts)
-        instead of rebuilding every column (host order, hence positions, never changes here).
+        The state caches and the simulator use this to move from one version to the next in
+        O(changed hosts) instead of rebuilding every column (host order, hence positions, never
+        changes here): only a column whose changed rows differ is copied (a VM's arrival changes a
+        host's memory, load and VMs, not its networks or CPU models), and the others, with what
+        was derived from them, are shared with this table.
         """
-        positions = [self.index.get(h) for h in changed]
-        if any(p is None for p in positions):
-            return None
+        positions: list[int] = []
+        for h in changed:
+            i = self.index.get(h)
+            if i is None:
+                return None
+            positions.append(i)
+        states = list(changed.values())
         cols = self.columns()
-        for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS):
-            cols[name] = cols[name].copy()
-        objects = {name: list(cols[name]) for name in _OBJECT}
-        for state, i in zip(changed.values(), positions, strict=True):
-            assert i is not None
-            for name, g in _NUMERIC.items():
-                cols[name][i] = g(state)
-            for name, b in _BOOLEAN.items():
-                cols[name][i] = b(state)
-            for name, o in _OBJECT.items():
-                objects[name][i] = o(state)
-        cols.update({name: tuple(values) for name, values in objects.items()})
-        return HostTable(ids=self.ids, settings=settings or self.settings, as_of=self.as_of, _index=self._index, **cols)
+        self._change_arrays(cols, positions, states)
+        memo = self._change_objects(cols, positions, states)
+        return HostTable(
+            ids=self.ids,
+            settings=settings or self.settings,
+            as_of=self.as_of,
+            _index=self._index,
+            _pending_rows=self._pending_rows,
+            _memo=memo,
+            **cols,
+        )
+
+    def _change_arrays(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> None:
+        """Replace in `cols` the numeric and boolean columns whose `positions` change to `states`'
+        values (copies; the others stay shared)."""
+        rows = np.array(positions, dtype=np.intp)
+        for name, g in (*_NUMERIC.items(), *_BOOLEAN.items()):
+            old = cols[name]
+            new = np.array([g(state) for state in states], dtype=old.dtype)
+            # Bit for bit, so -0.0 for 0.0 (or another NaN) is a change too.
+            if old[rows].tobytes() != new.tobytes():
+                col = old.copy()
+                col[rows] = new
+                cols[name] = col
+
+    def _change_objects(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> _Memo:
+        """Replace in `cols` the object columns whose `positions` change to `states`' values; what
+        was derived from a changed column is brought up to date, from the others kept."""
+        memo = _Memo()
+        for name, o in _OBJECT.items():
+            old = cols[name]
+            values = [o(state) for state in states]
+            if all(_same(old[i], v) for i, v in zip(positions, values, strict=True)):
+                continue
+            listed = list(old)
+            for i, v in zip(positions, values, strict=True):
+                listed[i] = v
+            column = cols[name] = tuple(listed)
+            factors = self._memo.factors.get(name)
+            if factors is not None and factors.source is old:
+                memo.factors[name] = factors.with_rows(column, positions, values)
+            index = self._memo.vm_index
+            if name == "vm_ids" and index is not None and index.source is old:
+                memo.vm_index = index.extended(column, positions, max(32, len(self) // 32))
+        # Each entry checks its source column: the kept columns' entries stay valid.
+        memo.factors = {**self._memo.factors, **memo.factors}
+        memo.ids = self._memo.ids
+        if memo.vm_index is None and cols["vm_ids"] is self.vm_ids:
+            memo.vm_index = self._memo.vm_index
+        return memo
 
     def updated(
         self,
@@ -418,7 +655,7 @@ class HostTable:
             cols[name] = np.concatenate((getattr(self, name), np.zeros(1)))[pending_take]
         pending_ids = (*self.pending_vm_ids, _NOTHING)
         cols["pending_vm_ids"] = tuple(map(pending_ids.__getitem__, pending_rows))
-        return HostTable(ids=tuple(h for h, _ in order), settings=settings, as_of=self.as_of, **cols)
+        return HostTable(ids=_ids(h for h, _ in order), settings=settings, as_of=self.as_of, **cols)
 
     # ------------------------------------------------------------------ selection
     def index_of(self, host_ids: Iterable[str]) -> IndexArray:
@@ -427,22 +664,71 @@ class HostTable:
         return np.fromiter((idx[h] for h in host_ids if h in idx), dtype=np.intp)
 
     def position(self, host_id: str) -> int | None:
+        if self._index is None and self._rows is not None:
+            # A sub-table: its position among its rows in the cluster, without indexing its ids.
+            p = self.cluster.position(host_id)
+            if p is None:
+                return None
+            j = int(np.searchsorted(self._rows, p))
+            return j if j < len(self._rows) and self._rows[j] == p else None
         return self.index.get(host_id)
 
+    def _id_array(self) -> npt.NDArray[np.object_]:
+        known = self._memo.ids
+        if known is None or known[0] is not self.ids:
+            known = self._memo.ids = (self.ids, np.array(self.ids, dtype=object))
+        return known[1]
+
     def take(self, positions: IndexArray | BoolArray) -> HostTable:
-        """The sub-table of the hosts at `positions` (an index array or a boolean mask)."""
-        pos: IndexArray = np.flatnonzero(positions) if positions.dtype == np.bool_ else positions.astype(np.intp)
-        as_list = pos.tolist()
-        cols: dict[str, Any] = {name: getattr(self, name)[pos] for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS)}
-        # Object columns are picked lazily: most units never read most of them.
-        cols.update({name: Rows.pick(getattr(self, name), as_list) for name in OBJECT_COLUMNS})
-        return HostTable(
-            ids=tuple(map(self.ids.__getitem__, as_list)),
+        """The sub-table of the hosts at `positions` (an index array or a boolean mask).
+
+        Its array columns are taken from this table when first read (most units read a few of
+        the 31) and its object columns read through to the cluster's."""
+        mask = positions.dtype == np.bool_
+        pos: IndexArray = np.flatnonzero(positions) if mask else positions.astype(np.intp)
+        at = positions if mask else pos
+        ascending = mask or bool(np.all(pos[1:] > pos[:-1]))
+        cluster = self.cluster
+        rows: IndexArray | None = None
+        if ascending and (self._root or self._rows is not None):
+            rows = pos if self._rows is None else self._rows[pos]
+        if rows is not None:
+            # The cluster's rows at `rows`: read from the cluster, never through a chain of views.
+            in_cluster = Positions(rows)
+            objects: dict[str, Sequence[Any]] = {
+                name: Rows(getattr(cluster, name), in_cluster) for name in OBJECT_COLUMNS
+            }
+            listed = cluster._id_array()[rows].tolist()
+        else:
+            here = Positions(pos)
+            objects = {name: Rows.pick(getattr(self, name), here) for name in OBJECT_COLUMNS}
+            listed = self._id_array()[at].tolist()
+        table = object.__new__(HostTable)
+        table.__dict__.update(
+            ids=SortedIds(listed) if ascending and isinstance(self.ids, SortedIds) else tuple(listed),
             settings=self.settings,
             as_of=self.as_of,
-            _cluster=self.cluster,
-            **cols,
+            _cluster=cluster,
+            _index=None,
+            _rows=rows,
+            _pending_rows=None,
+            _memo=_Memo(),
+            _lazy=(self, at),
+            **objects,
         )
+        return table
+
+    if not TYPE_CHECKING:  # for the type checker a HostTable has its fields and nothing else
+
+        def __getattr__(self, name: str) -> Any:
+            """An array column of a sub-table, taken from its parent when first read."""
+            lazy = self.__dict__.get("_lazy")
+            if lazy is None or name not in _ARRAY_COLUMNS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            parent, at = lazy
+            value = getattr(parent, name)[at]
+            self.__dict__[name] = value
+            return value
 
     def subset(self, host_ids: Iterable[str]) -> HostTable:
         return self.take(self.index_of(host_ids))
@@ -465,22 +751,69 @@ class HostTable:
         return self.cpu_cores
 
     def has_network(self, network: str) -> BoolArray:
-        return np.fromiter((network in n for n in self.networks), dtype=np.bool_, count=len(self))
+        return self.offering("networks", network)
+
+    def offering(self, name: str, value: str) -> BoolArray:
+        """True at the hosts whose set in shared column `name` (networks, cpu_models, ...) holds
+        `value`: one test per distinct set, not per host."""
+        f = self.factors(name)
+        found = np.fromiter((value in v for v in f.values), dtype=np.bool_, count=len(f.values))
+        out: BoolArray = found[f.codes]
+        return out
 
     @property
     def cluster(self) -> HostTable:
         """The table of the whole cluster (pending folded in), of which this one is a part."""
         return self._cluster if self._cluster is not None else self
 
-    def locate(self, vm_ids: Iterable[str]) -> dict[str, str]:
-        """Where in the whole cluster these VMs run or are pending: {vm id: host id}."""
-        wanted = frozenset(vm_ids)
-        root = self.cluster
-        found: dict[str, str] = {}
-        for host, running, pending in zip(root.ids, root.vm_ids, root.pending_vm_ids, strict=True):
-            for vm in wanted & (running | pending):
-                found[vm] = host
+    def _where(self, vm_ids: frozenset[str]) -> dict[str, set[int]]:
+        """The rows where each of `vm_ids` runs or is pending (VMs found nowhere are left out)."""
+        index = self._memo.vm_index
+        if index is None or index.source is not self.vm_ids:
+            index = self._memo.vm_index = _VmIndex.of(self.vm_ids)
+        pending, pending_rows = self.pending_vm_ids, self.pending_rows()
+        found: dict[str, set[int]] = {}
+        for vm in vm_ids:
+            rows = index.rows(vm)
+            rows.update(r for r in pending_rows if vm in pending[r])
+            if rows:
+                found[vm] = rows
         return found
+
+    def holding(self, vm_ids: Iterable[str]) -> BoolArray:
+        """True at the hosts where one of `vm_ids` runs or is pending."""
+        out: BoolArray = self.members_on(vm_ids) > 0
+        return out
+
+    def members_on(self, vm_ids: Iterable[str]) -> FloatArray:
+        """How many of `vm_ids` run or are pending on each host (a VM counts once per host)."""
+        members = frozenset(vm_ids)
+        root = self.cluster
+        if root is not self and self._rows is None:  # a sub-table that does not know its rows
+            running, pending = self.vm_ids, self.pending_vm_ids
+            return np.fromiter(
+                (len(members & (running[i] | pending[i])) for i in range(len(self))), dtype=np.float64, count=len(self)
+            )
+        counts = np.zeros(len(root), dtype=np.float64)
+        for rows in root._where(members).values():
+            counts[list(rows)] += 1.0
+        return counts if self._rows is None else counts[self._rows]
+
+    def mask_of(self, host_ids: Iterable[str]) -> BoolArray:
+        """True at the hosts of `host_ids` (ids this table does not have are ignored)."""
+        mask = np.zeros(len(self), dtype=np.bool_)
+        for h in host_ids:
+            i = self.position(h)
+            if i is not None:
+                mask[i] = True
+        return mask
+
+    def locate(self, vm_ids: Iterable[str]) -> dict[str, str]:
+        """Where in the whole cluster these VMs run or are pending: {vm id: host id} (a VM on two
+        hosts, mid-move, is named at the later in table order)."""
+        root = self.cluster
+        found = root._where(frozenset(vm_ids))
+        return {vm: root.ids[max(rows)] for vm, rows in sorted(found.items(), key=lambda e: (min(e[1]), e[0]))}
 
     def vms_on(self, i: int) -> frozenset[str]:
         """VMs on host i: running there, or placed there and pending."""
@@ -499,13 +832,16 @@ __all__ = [
     "PENDING_COLUMNS",
     "BoolArray",
     "CpuSamples",
+    "Factors",
     "FloatArray",
     "HostTable",
     "IndexArray",
+    "SortedIds",
 ]
 
 # Keep the declarations honest: every dataclass column is in exactly one group.
-_declared = {f for f in HostTable.__dataclass_fields__ if f not in ("ids", "settings", "as_of", "_index", "_cluster")}
+_PRIVATE = ("ids", "settings", "as_of", "_index", "_cluster", "_rows", "_pending_rows", "_memo")
+_declared = {f for f in HostTable.__dataclass_fields__ if f not in _PRIVATE}
 assert _declared == {*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS, *OBJECT_COLUMNS}, _declared ^ {
     *NUMERIC_COLUMNS,
     *BOOLEAN_COLUMNS,

@@ -19,6 +19,9 @@ Conventions shared by all selectors:
 * Final ties are broken by host id, ascending (plain string order), so the result does not depend on
   the order hosts arrive in. Totals are compared rounded to 9 decimals so that fractional factors
   cannot split a tie through floating-point noise.
+* With `top`, only the best `top` hosts are ordered (a placement needs the best and its alternates,
+  not the order of 10,000 hosts); they are the same hosts, in the same order, as the first `top` of
+  the whole ordering.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 
 from vmsched.contracts import ScoreTable, UnitScores
-from vmsched.scheduling.hosts import FloatArray
+from vmsched.scheduling.hosts import FloatArray, IndexArray, SortedIds
 from vmsched.scheduling.units.base import Direction
 
 #: Decimals totals are rounded to before they are compared (ties, ordering).
@@ -79,7 +82,7 @@ class Selection:
 
     selector: str
     host_ids: tuple[str, ...]
-    #: Positions into host_ids, best host first.
+    #: Positions into host_ids, best host first (only the best `top` when the selector was given one).
     order: list[int]
     totals: FloatArray
     #: Per unit: unit name, factor and raw weights as used (not reported -> 0).
@@ -125,7 +128,14 @@ class Selection:
         )
 
 
-SelectorFn = Callable[[Sequence[str], Sequence[WeighedUnit]], Selection]
+class SelectorFn(Protocol):
+    """Order `host_ids` by the units' weights: all of them, or only the best `top`."""
+
+    def __call__(
+        self, host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+    ) -> Selection: ...
+
+
 #: Maps one unit's raw weights (NaN already replaced) to its points.
 PointsFn = Callable[[WeighedUnit, FloatArray], FloatArray]
 
@@ -138,19 +148,45 @@ def _effective_raw(n: int, unit: WeighedUnit) -> FloatArray:
     return np.where(np.isnan(raw), 0.0, raw)
 
 
-def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool) -> list[int]:
+def _ids_ascending(host_ids: Sequence[str]) -> bool:
+    # A table's ids are SortedIds when known to ascend: comparing 10,000 strings per decision cost
+    # more than the sort it saves.
+    return isinstance(host_ids, SortedIds) or all(a < b for a, b in pairwise(host_ids))
+
+
+def _best_rows(primary: FloatArray, top: int) -> IndexArray | None:
+    """Positions (ascending) of the hosts whose key is at most the `top`-th smallest key: the best
+    `top` hosts are among them whatever breaks ties. None when that takes a full sort (NaN keys)."""
+    bound = primary.min()
+    for _ in range(top):  # each round admits at least one more host
+        if np.isnan(bound):
+            return None
+        rows: IndexArray = np.flatnonzero(primary <= bound)
+        if len(rows) >= top:
+            return rows
+        bound = primary[primary > bound].min()
+    return None
+
+
+def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool, top: int | None = None) -> list[int]:
     if not host_ids:
         return []
     key = np.round(totals, TOTAL_DECIMALS)
     primary = -key if higher_wins else key
-    if all(a < b for a, b in pairwise(host_ids)):
+    rows = _best_rows(primary, top) if top is not None and top < len(host_ids) else None
+    if rows is not None:
+        primary = primary[rows]
+    if _ids_ascending(host_ids):
         # Already in id order (a cluster's hosts are kept sorted by id): a stable sort on the totals
         # breaks ties by id, without building and comparing an array of strings.
-        order: list[int] = np.argsort(primary, kind="stable").tolist()
-        return order
-    # lexsort sorts by the last key first: totals, then host id for ties.
-    ids = np.asarray(host_ids, dtype=np.str_)
-    order = np.lexsort((ids, primary)).tolist()
+        ranked: IndexArray = np.argsort(primary, kind="stable")
+    else:
+        # lexsort sorts by the last key first: totals, then host id for ties.
+        picked = host_ids if rows is None else [host_ids[i] for i in rows.tolist()]
+        ranked = np.lexsort((np.asarray(picked, dtype=np.str_), primary))
+    if rows is not None:
+        ranked = rows[ranked[:top]]
+    order: list[int] = ranked.tolist()
     return order
 
 
@@ -160,8 +196,9 @@ def _select(
     units: Sequence[WeighedUnit],
     points_fn: PointsFn,
     higher_wins: bool,
+    top: int | None = None,
 ) -> Selection:
-    ids = tuple(host_ids)
+    ids = host_ids if isinstance(host_ids, tuple) else tuple(host_ids)  # a tuple() copy loses SortedIds
     n = len(ids)
     raws = [_effective_raw(n, u) for u in units]
     points = [points_fn(u, r) for u, r in zip(units, raws, strict=True)]
@@ -171,7 +208,7 @@ def _select(
     return Selection(
         selector=name,
         host_ids=ids,
-        order=_order(ids, totals, higher_wins),
+        order=_order(ids, totals, higher_wins, top),
         totals=totals,
         units=tuple(u.unit for u in units),
         factors=tuple(float(u.factor) for u in units),
@@ -182,6 +219,10 @@ def _select(
 
 
 # ------------------------------------------------------------------------------ rank
+#: Largest spread of integral raw weights ranked by counting (a bin per value) instead of sorting.
+_COUNTING_SPAN: Final = 1 << 16
+
+
 def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTER) -> FloatArray:
     """Competition rank points: (n - 1) - (number of hosts strictly better).
 
@@ -189,23 +230,36 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
     oVirt's RankSelectorPolicyUnit ("rank = the number of hosts with the same or worse weight").
     """
     n = raw.shape[0]
-    ordered = np.sort(raw)
-    if direction is Direction.LOWER_IS_BETTER:
-        better = np.searchsorted(ordered, raw, side="left")
+    if n == 0:
+        return np.zeros(0)
+    lo, hi = float(raw.min()), float(raw.max())  # NaN when any is NaN: then sort
+    if lo == hi:  # one weight everywhere (a unit with nothing to say about this VM): nobody is better
+        return np.full(n, n - 1.0)
+    if hi - lo <= _COUNTING_SPAN and bool(np.all(np.floor(raw) == raw)):
+        # Whole numbers over a small range (loads in %, oVirt's 1..1000 scales): count them per
+        # value, O(n), where sorting 10,000 weights per unit per decision is most of the selection.
+        bins = (raw - lo).astype(np.intp)
+        counts = np.bincount(bins)
+        below = np.cumsum(counts) - counts  # hosts with a strictly smaller weight, per value
+        better = below[bins] if direction is Direction.LOWER_IS_BETTER else n - (below + counts)[bins]
     else:
-        better = n - np.searchsorted(ordered, raw, side="right")
+        ordered = np.sort(raw)
+        if direction is Direction.LOWER_IS_BETTER:
+            better = np.searchsorted(ordered, raw, side="left")
+        else:
+            better = n - np.searchsorted(ordered, raw, side="right")
     points: FloatArray = ((n - 1) - better).astype(np.float64)
     return points
 
 
-def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
     """oVirt's RankSelector: score = sum of factor x rank points; the highest score wins.
 
     oVirt's weight-normalization design counts rank the other way round (number of hosts better,
     lower wins);
     its value is sum(factor) x (n - 1) - score for every host, so both give the same order.
     """
-    return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True)
+    return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True, top)
 
 
 # ------------------------------------------------------------------------------ maximum-based
@@ -233,14 +287,18 @@ def _static_points(unit: WeighedUnit, raw: FloatArray) -> FloatArray:
     return percent_of(raw, unit.maximum, unit.direction)
 
 
-def dynamic_maximum_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def dynamic_maximum_select(
+    host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+) -> Selection:
     """Sum of factor x (percent of the largest |weight| of the unit in this attempt); lowest wins."""
-    return _select("DynamicMaximumSelector", host_ids, units, _dynamic_points, False)
+    return _select("DynamicMaximumSelector", host_ids, units, _dynamic_points, False, top)
 
 
-def static_maximum_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def static_maximum_select(
+    host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+) -> Selection:
     """Sum of factor x (percent of the unit's fixed `maximum`); lowest wins."""
-    return _select("StaticMaximumSelector", host_ids, units, _static_points, False)
+    return _select("StaticMaximumSelector", host_ids, units, _static_points, False, top)
 
 
 # ------------------------------------------------------------------------------ min-max (Nova)
@@ -261,9 +319,9 @@ def min_max_points(raw: FloatArray, direction: Direction, minimum: float | None 
     return (raw - lo) / span if direction is Direction.HIGHER_IS_BETTER else (hi - raw) / span
 
 
-def min_max_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def min_max_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
     """Nova's weighing: sum of factor x min-max normalized weight; the highest wins."""
-    return _select("MinMaxSelector", host_ids, units, lambda u, r: min_max_points(r, u.direction, u.minimum), True)
+    return _select("MinMaxSelector", host_ids, units, lambda u, r: min_max_points(r, u.direction, u.minimum), True, top)
 
 
 SELECTORS: Final[Mapping[str, SelectorFn]] = MappingProxyType(

@@ -170,7 +170,7 @@ def pin_to_host_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerd
     if not vm.pinned_hosts:
         return FilterVerdict.keep_all(hosts)
     pinned = frozenset(vm.pinned_hosts)
-    keep = np.fromiter((h in pinned for h in hosts.ids), dtype=np.bool_, count=len(hosts))
+    keep = hosts.mask_of(pinned)
     where = _names(sorted(pinned))
     return FilterVerdict.from_mask(hosts, keep, lambda i: f"the VM is pinned to other hosts ({where})")
 
@@ -373,21 +373,16 @@ def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
 
 
 # ----------------------------------------------------------------------- Emulated-Machine, CPU-Level
-def _offers(values: Sequence[frozenset[str]], wanted: str) -> BoolArray:
-    return np.fromiter((wanted in v for v in values), dtype=np.bool_, count=len(values))
-
-
-def _membership(
-    hosts: HostTable, wanted: str | None, offered: Sequence[frozenset[str]], need: str, lacks: str
-) -> FilterVerdict:
-    """Keep the hosts whose `offered` set holds `wanted`; a VM that wants nothing passes everywhere.
+def _membership(hosts: HostTable, wanted: str | None, column: str, need: str, lacks: str) -> FilterVerdict:
+    """Keep the hosts whose set in `column` holds `wanted`; a VM that wants nothing passes everywhere.
 
     Reasons: "<need> '<wanted>' required; the host reports no <plural>" when the host offers none,
     else "<need> '<wanted>' <lacks> (...)" naming what it has.
     """
     if not wanted:
         return FilterVerdict.keep_all(hosts)
-    keep = _offers(offered, wanted)
+    keep = hosts.offering(column, wanted)
+    offered: Sequence[frozenset[str]] = getattr(hosts, column)
 
     def reason(i: int) -> str:
         have = offered[i]
@@ -402,7 +397,7 @@ def emulated_machine_filter(hosts: HostTable, vm: VmSpec, props: Props) -> Filte
     """The host's emulator must support the VM's machine type; a VM without one (the cluster
     default) passes everywhere. As in oVirt, a host that reports no machine types is removed."""
     return _membership(
-        hosts, vm.emulated_machine, hosts.emulated_machines, "emulated machine", "not supported (the host supports"
+        hosts, vm.emulated_machine, "emulated_machines", "emulated machine", "not supported (the host supports"
     )
 
 
@@ -414,7 +409,7 @@ def cpu_level_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
     above", so the check is membership. A host that reports no models is removed (oVirt: a host
     whose CPU cannot be named is not added).
     """
-    return _membership(hosts, vm.cpu_model, hosts.cpu_models, "CPU model", "not offered (the host offers")
+    return _membership(hosts, vm.cpu_model, "cpu_models", "CPU model", "not offered (the host offers")
 
 
 # -------------------------------------------------------------------------- ClusterInMaintenance

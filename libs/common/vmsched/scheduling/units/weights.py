@@ -239,8 +239,7 @@ def preferred_hosts_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatA
     n = len(hosts)
     if not vm.preferred_hosts or vm.current_host is not None:
         return np.zeros(n)
-    preferred = frozenset(vm.preferred_hosts)
-    is_preferred = np.fromiter((h in preferred for h in hosts.ids), dtype=np.bool_, count=n)
+    is_preferred = hosts.mask_of(vm.preferred_hosts)
     return np.where(is_preferred, 0.0, NOT_PREFERRED_WEIGHT)
 
 
