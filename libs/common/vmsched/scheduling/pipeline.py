@@ -9,9 +9,9 @@ with steps over the bus and the in-process paths with placement.LocalSteps. Same
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -51,6 +51,64 @@ class Removal(NamedTuple):
     reason: str
 
 
+class Removals(Sequence[Removal]):
+    """The hosts a filter chain removed, filter by filter, as Removal rows made when first read.
+
+    Most decisions only count them for the summary, which reads at most two reasons of a filter
+    that removed many hosts (`tally`); making a row and a reason for each of thousands of removed
+    hosts cost more than filtering them."""
+
+    __slots__ = ("_groups", "_rows")
+
+    def __init__(self) -> None:
+        #: (filter, host ids of its table, the positions it removed, their reasons)
+        self._groups: list[tuple[str, Sequence[str], list[int], Sequence[str]]] = []
+        self._rows: list[Removal] | None = None
+
+    def add(self, unit: str, ids: Sequence[str], gone: list[int], reasons: Sequence[str]) -> None:
+        self._groups.append((unit, ids, gone, reasons))
+        self._rows = None
+
+    def _made(self) -> list[Removal]:
+        if self._rows is None:
+            self._rows = [
+                Removal(ids[i], unit, _fit(reason))
+                for unit, ids, gone, reasons in self._groups
+                for i, reason in zip(gone, reasons, strict=True)
+            ]
+        return self._rows
+
+    @overload
+    def __getitem__(self, i: int) -> Removal: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Removal]: ...
+    def __getitem__(self, i: int | slice) -> Removal | Sequence[Removal]:
+        return self._made()[i]
+
+    def __len__(self) -> int:
+        return sum(len(gone) for _, _, gone, _ in self._groups)
+
+    def __iter__(self) -> Iterator[Removal]:
+        return iter(self._made())
+
+    def tally(self) -> list[tuple[str, int, str | None]]:
+        """Per filter, in order of first removal: how many hosts it removed, and their reason when
+        they all share one (None when they do not)."""
+        counts: dict[str, int] = {}
+        single: dict[str, str | None] = {}
+        for unit, _, gone, reasons in self._groups:
+            if not gone:
+                continue
+            counts[unit] = counts.get(unit, 0) + len(gone)
+            first = single[unit] if unit in single else _fit(reasons[0])
+            for reason in reasons:  # made one by one, up to the first that differs
+                if first is None or _fit(reason) != first:
+                    first = None
+                    break
+            single[unit] = first
+        return [(unit, n, single[unit]) for unit, n in counts.items()]
+
+
 def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHost]:
     """The removed hosts as the explanation and FilterReply carry them."""
     if all(isinstance(r, FilteredHost) for r in removed):
@@ -62,7 +120,7 @@ def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHo
 @dataclass(frozen=True)
 class FilterOutcome:
     survivors: HostTable
-    removals: list[Removal]
+    removals: Sequence[Removal]
 
     @property
     def removed(self) -> list[FilteredHost]:
@@ -78,7 +136,7 @@ def _fit(reason: str) -> str:
 
 def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
     """Run the chain: each filter sees only the survivors of the previous one; stop when none is left."""
-    rows: list[Removal] = []
+    rows = Removals()
     for call in calls:
         if len(hosts) == 0:
             break
@@ -87,14 +145,11 @@ def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> Filt
             raise SchedulingError(f"policy unit {unit.name} is not a filter", location="filters")
         props = validate_properties(unit, call.properties)
         verdict = unit.filter(hosts, vm, props)
-        gone = np.flatnonzero(~verdict.keep)
+        gone = verdict.removed if verdict.removed is not None else np.flatnonzero(~verdict.keep)
         if len(gone) != len(verdict.reasons):
             raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
-        ids = hosts.ids
-        rows.extend(
-            Removal(ids[i], unit.name, _fit(reason)) for i, reason in zip(gone.tolist(), verdict.reasons, strict=True)
-        )
         if len(gone):
+            rows.add(unit.name, hosts.ids, gone.tolist(), verdict.reasons)
             hosts = hosts.take(verdict.keep)
     return FilterOutcome(hosts, rows)
 
@@ -139,7 +194,7 @@ def select(
                 minimum=unit.minimum,
             )
         )
-    return fn(host_ids, units).to_score_table(top)
+    return fn(host_ids, units, top=top).to_score_table(top)
 
 
 def rank(
@@ -148,10 +203,9 @@ def rank(
     """Weigh `hosts` for `vm` with every unit and rank them best first (`top`: only the best few,
     without the per-unit table). With no weight units the hosts keep their order, which is the
     cluster's stable host order, as oVirt keeps the filter order when nothing weighs."""
-    ids = list(hosts.ids)
     if not calls:
-        return unweighed(ids, selector, top=top)
-    return select(ids, calls, run_weights(hosts, vm, calls), selector, top=top)
+        return unweighed(hosts.ids, selector, top=top)
+    return select(hosts.ids, calls, run_weights(hosts, vm, calls), selector, top=top)
 
 
 def screen(
@@ -186,16 +240,21 @@ def summarize(candidates: int, available: int, removed: Sequence[Removal | Filte
     head = f"{available}/{candidates} hosts available"
     if not removed:
         return head
-    counts = Counter(f.filter for f in removed)
-    reasons: dict[str, set[str]] = {}
-    for f in removed:
-        reasons.setdefault(f.filter, set()).add(f.reason)
+    if isinstance(removed, Removals):
+        tallied = removed.tally()
+    else:
+        counts = Counter(f.filter for f in removed)
+        reasons: dict[str, set[str]] = {}
+        for f in removed:
+            reasons.setdefault(f.filter, set()).add(f.reason)
+        tallied = [
+            (name, n, next(iter(reasons[name])) if len(reasons[name]) == 1 else None) for name, n in counts.items()
+        ]
     parts = []
-    for name, n in counts.most_common():
-        distinct = reasons[name]
-        if len(distinct) == 1:
-            why = next(iter(distinct))
-        else:
+    # Most removed first; ties in the order the filters first removed a host (Counter.most_common).
+    for name, n, reason in sorted(tallied, key=lambda t: t[1], reverse=True):
+        why = reason
+        if why is None:
             try:
                 why = get_unit(name).summary or name
             except SchedulingError:

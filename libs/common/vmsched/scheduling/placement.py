@@ -43,7 +43,7 @@ class Screening:
     """What filtering one VM found; `scores` when the step also ranked the survivors (then the
     weigh step is not called)."""
 
-    survivors: list[str]
+    survivors: Sequence[str]
     #: Every removed host with its filter and reason.
     removed: Sequence[Removal | FilteredHost]
     scores: ScoreTable | None = None
@@ -123,14 +123,14 @@ async def place(
         ordered = survivors
         if len(survivors) > 1:
             ranked = screened.scores if screened is not None else None
-            scores = ranked if ranked is not None else await weigh_fn(vm, survivors, seen)
+            scores = ranked if ranked is not None else await weigh_fn(vm, list(survivors), seen)
             ordered = scores.hosts
         if first is None:
             first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
         placement = Placement(
             vm_id=vm.vm_id,
             host_id=ordered[0],
-            alternates=ordered[1 : 1 + request.max_alternates],
+            alternates=list(ordered[1 : 1 + request.max_alternates]),
             summary=summary,
         )
         placed.append((placement, pending_for(vm, ordered[0])))
@@ -213,7 +213,7 @@ class LocalSteps:
         view = self.hosts.view(ids, seen, now=self.now)
         weights = self.weights if self.weigh_in_filter else None
         out, scores = screen(view, vm, self.filters, weights, self.selector, top=self.top)
-        return Screening(list(out.survivors.ids), out.removals, scores)
+        return Screening(out.survivors.ids, out.removals, scores)
 
     async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
         return rank(self.hosts.view(ids, seen, now=self.now), vm, self.weights, self.selector, top=self.top)
