@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import heapq
 import math
+import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -36,6 +37,7 @@ import numpy.typing as npt
 from vmsched.contracts import ClusterReport, HostState, HostStatus, PendingEntry
 
 T = TypeVar("T")
+A = TypeVar("A", bound=npt.NDArray[Any])
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
@@ -192,6 +194,67 @@ class SortedIds(tuple[str, ...]):
     __slots__ = ()
 
 
+class TakenIds(Sequence[str]):
+    """A sub-table's host ids: the cluster's (an array of the same str objects) at its rows, looked
+    up when read. Most sub-tables' ids are never read whole (a decision reads its best few), and
+    a tuple of 10,000 ids cost more to make and to free than the units reading the sub-table."""
+
+    __slots__ = ("_array", "_items", "_rows", "ascending")
+
+    def __init__(self, array: npt.NDArray[np.object_], rows: IndexArray, ascending: bool) -> None:
+        self._array, self._rows = array, rows
+        #: Whether the ids ascend (they do when the cluster's do, rows ascending).
+        self.ascending = ascending
+        self._items: tuple[str, ...] | None = None
+
+    def _tuple(self) -> tuple[str, ...]:
+        if self._items is None:
+            self._items = tuple(self._array[self._rows].tolist())
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice) or self._items is not None:
+            return self._tuple()[i]
+        found: str = self._array[self._rows[i]]
+        return found
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._tuple() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"TakenIds({self._tuple()!r})"
+
+
+def ids_ascend(ids: Sequence[str]) -> bool:
+    """Whether `ids` are known to ascend strictly, without comparing them (False: not known)."""
+    return isinstance(ids, SortedIds) or (isinstance(ids, TakenIds) and ids.ascending)
+
+
+def constant(n: int, value: float) -> FloatArray:
+    """`value` for each of n hosts, as a read-only array that stores it once: what a unit with
+    nothing to say about a VM returns, which a selector tells apart without reading n values."""
+    out: FloatArray = np.broadcast_to(np.float64(value), (n,))
+    return out
+
+
+def is_constant(values: npt.NDArray[Any]) -> bool:
+    """Whether `values` is a `constant` array (one value stored once)."""
+    return values.ndim == 1 and values.strides == (0,) and len(values) > 0
+
+
 def _ids(ids: Iterable[str]) -> tuple[str, ...]:
     """`ids` as a tuple, a SortedIds when they ascend."""
     out = tuple(ids)
@@ -269,13 +332,15 @@ class _Memo:
     each entry valid for the table whose column is its `source` (the same object): versions that
     keep a column (`with_pending`, `with_rows`) keep what was derived from it."""
 
-    __slots__ = ("factors", "ids", "vm_index")
+    __slots__ = ("derived", "factors", "ids", "vm_index")
 
     def __init__(self, factors: dict[str, Factors] | None = None, vm_index: _VmIndex | None = None) -> None:
         self.factors: dict[str, Factors] = factors if factors is not None else {}
         self.vm_index = vm_index
+        #: key -> (the settings and columns it was computed from, the per-host array)
+        self.derived: dict[str, tuple[tuple[Any, ...], npt.NDArray[Any]]] = {}
         #: (ids, the same as an array of objects), to take sub-tables' ids by array indexing.
-        self.ids: tuple[tuple[str, ...], npt.NDArray[np.object_]] | None = None
+        self.ids: tuple[Sequence[str], npt.NDArray[np.object_]] | None = None
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -353,7 +418,8 @@ _ARRAY_COLUMNS: frozenset[str] = frozenset((*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS))
 class HostTable:
     """Hosts of one cluster, one array per attribute, all aligned with `ids`."""
 
-    ids: tuple[str, ...]
+    #: A tuple (a SortedIds when they ascend) for a whole cluster, a TakenIds for a sub-table.
+    ids: Sequence[str]
     settings: ClusterReport
     # numeric
     cpu_sockets: FloatArray
@@ -484,8 +550,9 @@ class HostTable:
         placed = [(i, e) for e in entries if (i := index.get(e.host_id)) is not None]
         as_of = self.as_of if now is None else now
         if not placed and self._nothing_pending():
-            # Nothing pending before or after (a simulation's usual decision): nothing to copy.
-            return self._evolve(as_of=as_of, _rows=self._rows if self._root else None)
+            # Nothing pending before or after (a simulation's usual decision): nothing to copy,
+            # and a sub-table's columns stay its cluster's.
+            return self._evolve(as_of=as_of)
         n = len(self)
         mem, vcpus, pinned, count = (np.zeros(n, dtype=np.float64) for _ in range(4))
         # Most hosts have nothing pending: they share one empty set.
@@ -506,7 +573,7 @@ class HostTable:
             as_of=as_of,
             _index=self._index,
             # A sub-table's pending no longer is its cluster's: it reads its own rows from now on.
-            _rows=self._rows if self._root else None,
+            _rows=None,
             _pending_rows=(pending_ids, tuple(sorted({i for i, _ in placed}))),
         )
 
@@ -525,6 +592,21 @@ class HostTable:
         object.__setattr__(self, "_pending_rows", (self.pending_vm_ids, rows))
         return rows
 
+    def derived(self, key: str, columns: tuple[str, ...], make: Callable[[HostTable], A]) -> A:
+        """`make(self)`: a per-host array computed row by row from the settings and `columns`
+        only, kept for the next versions of the table while those are the same objects (a host's
+        CPU count or SPM share rarely changes; computing them in every unit of every decision
+        cost more than the units' own work). A sub-table of known rows takes its cluster's."""
+        if self._rows is not None:
+            return cast(A, self.cluster.derived(key, columns, make).take(self._rows))
+        sources = (self.settings, *(getattr(self, c) for c in columns))
+        known = self._memo.derived.get(key)
+        if known is not None and len(known[0]) == len(sources) and all(map(operator.is_, known[0], sources)):
+            return cast(A, known[1])
+        value = make(self)
+        self._memo.derived[key] = (sources, value)
+        return value
+
     def factors(self, name: str) -> Factors:
         """The factors of object column `name` (one of the shared columns: networks, arch,
         hypervisor_type, cpu_models, emulated_machines, host_groups), kept for the next versions."""
@@ -537,7 +619,7 @@ class HostTable:
         if self._rows is not None:
             # A sub-table's values are the cluster's at its rows.
             whole = self.cluster.factors(name)
-            found = Factors(column, whole.codes[self._rows], whole.values, whole.lookup)
+            found = Factors(column, whole.codes.take(self._rows), whole.values, whole.lookup)
         else:
             found = Factors.of(column)
         self._memo.factors[name] = found
@@ -607,6 +689,7 @@ class HostTable:
         # Each entry checks its source column: the kept columns' entries stay valid.
         memo.factors = {**self._memo.factors, **memo.factors}
         memo.ids = self._memo.ids
+        memo.derived = dict(self._memo.derived)
         if memo.vm_index is None and cols["vm_ids"] is self.vm_ids:
             memo.vm_index = self._memo.vm_index
         return memo
@@ -686,26 +769,25 @@ class HostTable:
         the 31) and its object columns read through to the cluster's."""
         mask = positions.dtype == np.bool_
         pos: IndexArray = np.flatnonzero(positions) if mask else positions.astype(np.intp)
-        at = positions if mask else pos
         ascending = mask or bool(np.all(pos[1:] > pos[:-1]))
         cluster = self.cluster
         rows: IndexArray | None = None
         if ascending and (self._root or self._rows is not None):
-            rows = pos if self._rows is None else self._rows[pos]
+            rows = pos if self._rows is None else self._rows.take(pos)
         if rows is not None:
-            # The cluster's rows at `rows`: read from the cluster, never through a chain of views.
-            in_cluster = Positions(rows)
-            objects: dict[str, Sequence[Any]] = {
-                name: Rows(getattr(cluster, name), in_cluster) for name in OBJECT_COLUMNS
-            }
-            listed = cluster._id_array()[rows].tolist()
+            # The cluster's rows: read from the cluster, never through a chain of views.
+            at_rows = Positions(rows)
+            objects: dict[str, Sequence[Any]] = {name: Rows(getattr(cluster, name), at_rows) for name in OBJECT_COLUMNS}
+            ids = TakenIds(cluster._id_array(), rows, ascending and ids_ascend(cluster.ids))
+            lazy: tuple[HostTable, IndexArray] = (cluster, rows)
         else:
-            here = Positions(pos)
-            objects = {name: Rows.pick(getattr(self, name), here) for name in OBJECT_COLUMNS}
-            listed = self._id_array()[at].tolist()
+            at_pos = Positions(pos)
+            objects = {name: Rows.pick(getattr(self, name), at_pos) for name in OBJECT_COLUMNS}
+            ids = TakenIds(self._id_array(), pos, ascending and ids_ascend(self.ids))
+            lazy = (self, pos)
         table = object.__new__(HostTable)
         table.__dict__.update(
-            ids=SortedIds(listed) if ascending and isinstance(self.ids, SortedIds) else tuple(listed),
+            ids=ids,
             settings=self.settings,
             as_of=self.as_of,
             _cluster=cluster,
@@ -713,7 +795,7 @@ class HostTable:
             _rows=rows,
             _pending_rows=None,
             _memo=_Memo(),
-            _lazy=(self, at),
+            _lazy=lazy,
             **objects,
         )
         return table
@@ -725,12 +807,16 @@ class HostTable:
             lazy = self.__dict__.get("_lazy")
             if lazy is None or name not in _ARRAY_COLUMNS:
                 raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-            parent, at = lazy
-            value = getattr(parent, name)[at]
+            parent, rows = lazy
+            value = getattr(parent, name).take(rows)  # faster than indexing with positions or a mask
             self.__dict__[name] = value
             return value
 
     def subset(self, host_ids: Iterable[str]) -> HostTable:
+        if isinstance(host_ids, TakenIds) and host_ids._array is self._id_array():
+            # A sub-table's ids of this very table (the candidates when some host is down): its
+            # rows are known, no id is looked up.
+            return self.take(host_ids._rows)
         return self.take(self.index_of(host_ids))
 
     def view(self, host_ids: Sequence[str], pending: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
@@ -738,7 +824,7 @@ class HostTable:
         cluster first, so `locate` also finds a VM pending on a host outside the view (affinity
         groups need where every member is)."""
         whole = self.with_pending(pending, now=now)
-        if len(host_ids) == len(self) and tuple(host_ids) == self.ids:
+        if host_ids is self.ids or (len(host_ids) == len(self) and tuple(host_ids) == self.ids):
             return whole
         return whole.subset(host_ids)
 
@@ -747,7 +833,11 @@ class HostTable:
     def effective_cpus(self) -> FloatArray:
         """Host CPUs as the cluster counts them: threads when it counts threads as cores."""
         if self.settings.count_threads_as_cores:
-            return np.where(self.cpu_threads > 0, self.cpu_threads, self.cpu_cores)
+            return self.derived(
+                "effective_cpus",
+                ("cpu_threads", "cpu_cores"),
+                lambda t: np.where(t.cpu_threads > 0, t.cpu_threads, t.cpu_cores),
+            )
         return self.cpu_cores
 
     def has_network(self, network: str) -> BoolArray:
@@ -797,7 +887,7 @@ class HostTable:
         counts = np.zeros(len(root), dtype=np.float64)
         for rows in root._where(members).values():
             counts[list(rows)] += 1.0
-        return counts if self._rows is None else counts[self._rows]
+        return counts if self._rows is None else counts.take(self._rows)
 
     def mask_of(self, host_ids: Iterable[str]) -> BoolArray:
         """True at the hosts of `host_ids` (ids this table does not have are ignored)."""
@@ -837,6 +927,10 @@ __all__ = [
     "HostTable",
     "IndexArray",
     "SortedIds",
+    "TakenIds",
+    "constant",
+    "ids_ascend",
+    "is_constant",
 ]
 
 # Keep the declarations honest: every dataclass column is in exactly one group.

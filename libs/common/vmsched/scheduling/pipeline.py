@@ -19,9 +19,10 @@ from pydantic import TypeAdapter
 from vmsched.contracts import FilteredHost, ScoreTable, UnitCall, VmSpec
 from vmsched.contracts.base import MAX_TEXT
 from vmsched.errors import SchedulingError
-from vmsched.scheduling.hosts import FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
 from vmsched.scheduling.units import get_unit, validate_properties
+from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit
 
 _FILTERED: TypeAdapter[list[FilteredHost]] = TypeAdapter(list[FilteredHost])
 
@@ -134,24 +135,72 @@ def _fit(reason: str) -> str:
     return reason if len(reason) <= MAX_TEXT else reason[: MAX_TEXT - 3] + "..."
 
 
+class _Picked(Sequence[str]):
+    """The items of `base` at `picks`, read when read (a filter's reasons for the hosts it removed
+    that were still in play)."""
+
+    __slots__ = ("_base", "_picks")
+
+    def __init__(self, base: Sequence[str], picks: list[int]) -> None:
+        self._base, self._picks = base, picks
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice):
+            return [self._base[j] for j in self._picks[i]]
+        return self._base[self._picks[i]]
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+
 def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
-    """Run the chain: each filter sees only the survivors of the previous one; stop when none is left."""
+    """Run the chain: each filter sees only the survivors of the previous one; stop when none is left.
+
+    A filter that judges each host by its own row (`PolicyUnit.filter_by_row`) runs over the table
+    as it was when the run of such filters began, and what it says of hosts already removed is
+    dropped: the same survivors and removals, with one copy of the table per run instead of one
+    per filter that removes a host."""
     rows = Removals()
+    #: Hosts of `hosts` still in play, when filters by row have removed some since it was taken.
+    alive: BoolArray | None = None
     for call in calls:
-        if len(hosts) == 0:
+        if len(hosts) == 0 or (alive is not None and not alive.any()):
             break
         unit = get_unit(call.unit)
-        if unit.filter is None:
-            raise SchedulingError(f"policy unit {unit.name} is not a filter", location="filters")
-        props = validate_properties(unit, call.properties)
-        verdict = unit.filter(hosts, vm, props)
-        gone = verdict.removed if verdict.removed is not None else np.flatnonzero(~verdict.keep)
-        if len(gone) != len(verdict.reasons):
-            raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
-        if len(gone):
-            rows.add(unit.name, hosts.ids, gone.tolist(), verdict.reasons)
+        if alive is not None and not unit.filter_by_row:
+            hosts, alive = hosts.take(alive), None
+        verdict, gone = _filter(unit, hosts, vm, call)
+        reasons: Sequence[str] = verdict.reasons
+        if alive is not None:
+            fresh = alive[gone]
+            if not fresh.all():  # removed already by an earlier filter: not this one's
+                picks = np.flatnonzero(fresh)
+                gone, reasons = gone[picks], _Picked(reasons, picks.tolist())
+        if not len(gone):
+            continue
+        rows.add(unit.name, hosts.ids, gone.tolist(), reasons)
+        if not unit.filter_by_row:
             hosts = hosts.take(verdict.keep)
+        else:
+            alive = verdict.keep.copy() if alive is None else alive & verdict.keep
+    if alive is not None:
+        hosts = hosts.take(alive)
     return FilterOutcome(hosts, rows)
+
+
+def _filter(unit: PolicyUnit, hosts: HostTable, vm: VmSpec, call: UnitCall) -> tuple[FilterVerdict, IndexArray]:
+    """The unit's verdict on `hosts`, and the positions it removes."""
+    if unit.filter is None:
+        raise SchedulingError(f"policy unit {unit.name} is not a filter", location="filters")
+    verdict = unit.filter(hosts, vm, validate_properties(unit, call.properties))
+    gone = verdict.removed if verdict.removed is not None else np.flatnonzero(~verdict.keep)
+    if len(gone) != len(verdict.reasons):
+        raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
+    return verdict, gone
 
 
 def run_weights(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> list[FloatArray]:

@@ -26,6 +26,7 @@ Conventions shared by all selectors:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
@@ -35,7 +36,7 @@ from typing import Final, Protocol
 import numpy as np
 
 from vmsched.contracts import ScoreTable, UnitScores
-from vmsched.scheduling.hosts import FloatArray, IndexArray, SortedIds
+from vmsched.scheduling.hosts import FloatArray, IndexArray, TakenIds, constant, ids_ascend, is_constant
 from vmsched.scheduling.units.base import Direction
 
 #: Decimals totals are rounded to before they are compared (ties, ordering).
@@ -81,7 +82,7 @@ class Selection:
     """
 
     selector: str
-    host_ids: tuple[str, ...]
+    host_ids: Sequence[str]
     #: Positions into host_ids, best host first (only the best `top` when the selector was given one).
     order: list[int]
     totals: FloatArray
@@ -145,13 +146,17 @@ def _effective_raw(n: int, unit: WeighedUnit) -> FloatArray:
     raw = np.asarray(unit.raw, dtype=np.float64)
     if raw.shape != (n,):
         raise ValueError(f"unit {unit.unit}: {raw.shape[0] if raw.ndim else 0} weights for {n} hosts")
+    if is_constant(raw):  # one weight for every host, stored once
+        return constant(n, 0.0) if np.isnan(raw[0]) else raw
+    if n and not np.isnan(raw.min()):  # the minimum is NaN when any weight is
+        return raw
     return np.where(np.isnan(raw), 0.0, raw)
 
 
 def _ids_ascending(host_ids: Sequence[str]) -> bool:
-    # A table's ids are SortedIds when known to ascend: comparing 10,000 strings per decision cost
+    # A table's ids say when they are known to ascend: comparing 10,000 strings per decision cost
     # more than the sort it saves.
-    return isinstance(host_ids, SortedIds) or all(a < b for a, b in pairwise(host_ids))
+    return ids_ascend(host_ids) or all(a < b for a, b in pairwise(host_ids))
 
 
 def _best_rows(primary: FloatArray, top: int) -> IndexArray | None:
@@ -198,13 +203,15 @@ def _select(
     higher_wins: bool,
     top: int | None = None,
 ) -> Selection:
-    ids = host_ids if isinstance(host_ids, tuple) else tuple(host_ids)  # a tuple() copy loses SortedIds
+    # A table's ids as they are: a copy would lose what they know (ascending) and cost a pass.
+    ids = host_ids if isinstance(host_ids, (tuple, TakenIds)) else tuple(host_ids)
     n = len(ids)
     raws = [_effective_raw(n, u) for u in units]
     points = [points_fn(u, r) for u, r in zip(units, raws, strict=True)]
     totals = np.zeros(n, dtype=np.float64)
     for u, p in zip(units, points, strict=True):
-        totals += u.factor * p
+        # A unit that weighs every host the same adds one number (the same sums, in the same order).
+        totals += u.factor * p[0] if is_constant(p) else u.factor * p
     return Selection(
         selector=name,
         host_ids=ids,
@@ -219,7 +226,7 @@ def _select(
 
 
 # ------------------------------------------------------------------------------ rank
-#: Largest spread of integral raw weights ranked by counting (a bin per value) instead of sorting.
+#: Largest spread of whole-number raw weights ranked by counting (a bin per value) instead of sorting.
 _COUNTING_SPAN: Final = 1 << 16
 
 
@@ -234,14 +241,15 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
         return np.zeros(0)
     lo, hi = float(raw.min()), float(raw.max())  # NaN when any is NaN: then sort
     if lo == hi:  # one weight everywhere (a unit with nothing to say about this VM): nobody is better
-        return np.full(n, n - 1.0)
-    if hi - lo <= _COUNTING_SPAN and bool(np.all(np.floor(raw) == raw)):
-        # Whole numbers over a small range (loads in %, oVirt's 1..1000 scales): count them per
-        # value, O(n), where sorting 10,000 weights per unit per decision is most of the selection.
-        bins = (raw - lo).astype(np.intp)
-        counts = np.bincount(bins)
+        return constant(n, n - 1.0)
+    codes = _codes(raw, lo, hi)
+    if codes is not None:
+        # Whole numbers over a small range (loads in %, oVirt's 1..1000 scales), maybe with a few
+        # far outliers (a unit's worst weight): counted per value, O(n), where sorting 10,000
+        # weights per unit per decision was most of the selection.
+        counts = np.bincount(codes)
         below = np.cumsum(counts) - counts  # hosts with a strictly smaller weight, per value
-        better = below[bins] if direction is Direction.LOWER_IS_BETTER else n - (below + counts)[bins]
+        better = below[codes] if direction is Direction.LOWER_IS_BETTER else n - (below + counts)[codes]
     else:
         ordered = np.sort(raw)
         if direction is Direction.LOWER_IS_BETTER:
@@ -250,6 +258,31 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
             better = n - np.searchsorted(ordered, raw, side="right")
     points: FloatArray = ((n - 1) - better).astype(np.float64)
     return points
+
+
+def _codes(raw: FloatArray, lo: float, hi: float) -> IndexArray | None:
+    """Non-negative integer codes that order and tie as `raw` does, for counting: the whole-number
+    weights within _COUNTING_SPAN of the least, then a few others above them, in their order. None
+    when the weights are not so (not whole, too spread, not finite): sort them instead."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    if hi - lo <= _COUNTING_SPAN:
+        if not bool(np.all(np.floor(raw) == raw)):
+            return None
+        codes: IndexArray = (raw - lo).astype(np.intp)
+        return codes
+    near = raw <= lo + _COUNTING_SPAN
+    far = ~near
+    if np.count_nonzero(far) > len(raw) // 8:
+        return None
+    close = raw[near]
+    if not bool(np.all(np.floor(close) == close)):
+        return None
+    codes = np.empty(len(raw), dtype=np.intp)
+    codes[near] = (close - lo).astype(np.intp)
+    _, order = np.unique(raw[far], return_inverse=True)
+    codes[far] = int(close.max() - lo) + 1 + order.reshape(-1)
+    return codes
 
 
 def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
@@ -314,7 +347,7 @@ def min_max_points(raw: FloatArray, direction: Direction, minimum: float | None 
     if minimum is not None:
         lo = min(lo, minimum)
     if hi == lo:
-        return np.zeros_like(raw)
+        return constant(len(raw), 0.0)
     span = hi - lo
     return (raw - lo) / span if direction is Direction.HIGHER_IS_BETTER else (hi - raw) / span
 

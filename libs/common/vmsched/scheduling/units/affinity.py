@@ -81,7 +81,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from vmsched.contracts import AffinityGroup, VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, constant
 from vmsched.scheduling.units.base import Direction, FilterVerdict, PolicyUnit, Props
 
 #: How many VM or host names a reason lists before it says "and N more".
@@ -121,7 +121,7 @@ def _on_host(hosts: HostTable, i: int, members: frozenset[str], noun: str = "mem
 
 
 def _host_names(hosts: HostTable, mask: BoolArray) -> str:
-    return _names(hosts.ids[i] for i in np.flatnonzero(mask))
+    return _names(hosts.ids[i] for i in np.flatnonzero(mask).tolist())
 
 
 @dataclass(frozen=True)
@@ -315,7 +315,7 @@ def vm_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray
         *(g.members for g in (*soft, *_vm_groups(vm, enforcing=True)) if g.positive)
     )
     if not soft and not positive_members:
-        return np.full(n, DEFAULT_SCORE)
+        return constant(n, DEFAULT_SCORE)
     broken: list[tuple[BoolArray, float]] = []
     for g in soft:
         present = presence(hosts, g.members)
@@ -330,7 +330,7 @@ def vm_to_host_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> Fl
     n = len(hosts)
     soft = _host_groups(vm, enforcing=False)
     if not soft:
-        return np.full(n, DEFAULT_SCORE)
+        return constant(n, DEFAULT_SCORE)
     broken: list[tuple[BoolArray, float]] = []
     for g in soft:
         assert g.host_rule is not None
@@ -398,6 +398,7 @@ VM_TO_HOST_AFFINITY = PolicyUnit(
     ),
     summary="VM to host affinity group",
     filter=vm_to_host_affinity_filter,
+    filter_by_row=True,
     weight=vm_to_host_affinity_weight,
 )
 SERVER_GROUP_AFFINITY = PolicyUnit(

@@ -205,6 +205,11 @@ class PolicyUnit:
     #: Where the unit comes from: BUILTIN_ORIGIN, or "<distribution> <version>" for a plugin's unit
     #: (set by the registry when it loads the plugin; a plugin's own value is replaced).
     origin: str = BUILTIN_ORIGIN
+    #: The filter judges each host by the host's own row alone (with the VM, the properties, the
+    #: cluster's settings and as_of), never by the other hosts of the table: the chain then runs it
+    #: over hosts an earlier filter removed and drops those from its verdict, rather than copying
+    #: the table between filters. Built-in units only (a plugin's is always False).
+    filter_by_row: bool = False
 
     @property
     def id(self) -> UUID:

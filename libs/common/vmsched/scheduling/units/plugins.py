@@ -314,6 +314,8 @@ def bounded(unit: PolicyUnit, origin: str, limit: CallLimit) -> PolicyUnit:
     return dataclasses.replace(
         unit,
         origin=origin,
+        # Not taken on trust: a filter that reads other hosts would judge hosts it should not see.
+        filter_by_row=False,
         filter=wrap(unit.filter, "filter"),
         weight=wrap(unit.weight, "weight"),
         balance=wrap(unit.balance, "balance"),
