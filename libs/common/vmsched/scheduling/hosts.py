@@ -89,7 +89,8 @@ class Rows(Sequence[T]):
 
     def _tuple(self) -> tuple[T, ...]:
         if self._items is None:
-            self._items = tuple(map(self._base.__getitem__, self._rows.list))
+            base = self._base._tuple() if isinstance(self._base, Patched) else self._base
+            self._items = tuple(map(base.__getitem__, self._rows.list))
         return self._items
 
     @overload
@@ -117,6 +118,73 @@ class Rows(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"Rows({list(self)!r})"
+
+
+class Patched(Sequence[T]):
+    """An object column as an earlier version's tuple and the rows changed since: a version of a
+    10,000-host column per decision without copying the 10,000 (a simulation changes a host or
+    two between decisions). Reads by position look at the changes first; a walk over the whole
+    column makes it a tuple once. `with_rows` flattens it when the changes pile up."""
+
+    __slots__ = ("_base", "_changes", "_items")
+
+    def __init__(self, base: tuple[T, ...], changes: Mapping[int, T]) -> None:
+        self._base, self._changes = base, changes
+        self._items: tuple[T, ...] | None = None
+
+    @classmethod
+    def of(cls, column: Sequence[T], changes: Mapping[int, T]) -> Sequence[T]:
+        """`column` with `changes`, flattened when they pile up."""
+        if isinstance(column, Patched):
+            base, changes = column._base, {**column._changes, **changes}
+        else:
+            base = column if isinstance(column, tuple) else tuple(column)
+        if len(changes) > _MAX_PATCHED:
+            listed = list(base)
+            for i, v in changes.items():
+                listed[i] = v
+            return tuple(listed)
+        return cls(base, changes)
+
+    def _tuple(self) -> tuple[T, ...]:
+        if self._items is None:
+            listed = list(self._base)
+            for i, v in self._changes.items():
+                listed[i] = v
+            self._items = tuple(listed)
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice) or self._items is not None:
+            return self._tuple()[i]
+        if i < 0:
+            i += len(self._base)
+        changed = self._changes.get(i, _UNCHANGED)
+        return self._base[i] if changed is _UNCHANGED else changed
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._tuple() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"Patched({self._tuple()!r})"
+
+
+#: Changed rows a Patched column holds before a new version is a plain tuple again.
+_MAX_PATCHED = 64
+_UNCHANGED: Any = object()
 
 
 class CpuSamples(Sequence[tuple[float, float]]):
@@ -246,8 +314,18 @@ def ids_ascend(ids: Sequence[str]) -> bool:
 def constant(n: int, value: float) -> FloatArray:
     """`value` for each of n hosts, as a read-only array that stores it once: what a unit with
     nothing to say about a VM returns, which a selector tells apart without reading n values."""
-    out: FloatArray = np.broadcast_to(np.float64(value), (n,))
+    one = _ONE.get(value)
+    if one is None:
+        if len(_ONE) >= 256:
+            _ONE.clear()
+        one = _ONE[value] = np.full(1, value, dtype=np.float64)
+    out: FloatArray = np.ndarray((n,), dtype=np.float64, buffer=one, strides=(0,))
+    out.flags.writeable = False
     return out
+
+
+#: value -> the one-element array `constant` arrays of it look at (never written).
+_ONE: dict[float, FloatArray] = {}
 
 
 def is_constant(values: npt.NDArray[Any]) -> bool:
@@ -294,35 +372,46 @@ class Factors:
 
 
 class _VmIndex:
-    """Where VMs run in `source` (a vm_ids column): the rows of each VM in an earlier version of
-    the column (`base`), and the rows changed since (`fresh`). A VM runs at those of its base rows
-    that still hold it and at the fresh rows that hold it (rows keep their positions from version
-    to version: `with_rows`). Rebuilding costs a pass over every VM, so versions extend it until
-    `fresh` grows too long."""
+    """Where VMs run in `source` (a vm_ids column): the row of each VM in an earlier version of the
+    column (`base`; `multi` for a VM counted on several hosts, mid-move), and the rows changed
+    since (`fresh`). A VM runs at those of its base rows that still hold it and at the fresh rows
+    that hold it (rows keep their positions from version to version: `with_rows`). Rebuilding
+    costs a pass over every VM, so versions extend it until `fresh` grows too long."""
 
-    __slots__ = ("base", "fresh", "source")
+    __slots__ = ("base", "fresh", "multi", "source")
 
     def __init__(
-        self, source: Sequence[frozenset[str]], base: Mapping[str, tuple[int, ...]], fresh: frozenset[int]
+        self,
+        source: Sequence[frozenset[str]],
+        base: Mapping[str, int],
+        multi: Mapping[str, tuple[int, ...]],
+        fresh: frozenset[int],
     ) -> None:
-        self.source, self.base, self.fresh = source, base, fresh
+        self.source, self.base, self.multi, self.fresh = source, base, multi, fresh
 
     @classmethod
     def of(cls, vm_ids: Sequence[frozenset[str]]) -> _VmIndex:
-        base: dict[str, tuple[int, ...]] = {}
-        for i, ids in enumerate(vm_ids):
-            for v in ids:
-                base[v] = (*base.get(v, ()), i)
-        return cls(vm_ids, base, frozenset())
+        base = {v: i for i, ids in enumerate(vm_ids) for v in ids}
+        multi: dict[str, tuple[int, ...]] = {}
+        if len(base) != sum(map(len, vm_ids)):  # some VM on two hosts: all its rows
+            for i, ids in enumerate(vm_ids):
+                for v in ids:
+                    multi[v] = (*multi.get(v, ()), i)
+            multi = {v: rows for v, rows in multi.items() if len(rows) > 1}
+        return cls(vm_ids, base, multi, frozenset())
 
     def extended(self, vm_ids: Sequence[frozenset[str]], rows: Iterable[int], limit: int) -> _VmIndex | None:
         """The index of `vm_ids`, this column with `rows` changed (None: rebuild instead)."""
         fresh = self.fresh.union(rows)
-        return _VmIndex(vm_ids, self.base, fresh) if len(fresh) <= limit else None
+        return _VmIndex(vm_ids, self.base, self.multi, fresh) if len(fresh) <= limit else None
 
     def rows(self, vm: str) -> set[int]:
         vm_ids = self.source
-        found = {r for r in self.base.get(vm, ()) if vm in vm_ids[r]}
+        at = self.multi.get(vm)
+        if at is None:
+            row = self.base.get(vm)
+            at = () if row is None else (row,)
+        found = {r for r in at if vm in vm_ids[r]}
         found.update(r for r in self.fresh if vm in vm_ids[r])
         return found
 
@@ -382,6 +471,8 @@ _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "build_failures": lambda h: h.build_failures,
     "cpu_last_sample_pct": lambda h: h.cpu_samples[-1][1] if h.cpu_samples else math.nan,
 }
+_NUMERIC_NAMES: tuple[str, ...] = tuple(_NUMERIC)
+_NUMERIC_GETTERS: tuple[Callable[[HostState], float], ...] = tuple(_NUMERIC.values())
 _BOOLEAN: dict[str, Callable[[HostState], bool]] = {
     "up": lambda h: h.report.status is HostStatus.UP,
     "is_spm": lambda h: h.report.is_spm,
@@ -644,27 +735,45 @@ class HostTable:
         cols = self.columns()
         self._change_arrays(cols, positions, states)
         memo = self._change_objects(cols, positions, states)
-        return HostTable(
+        # What HostTable(...) makes, without passing 45 fields through the dataclass's __init__.
+        table = object.__new__(HostTable)
+        table.__dict__.update(
             ids=self.ids,
             settings=settings or self.settings,
             as_of=self.as_of,
+            _cluster=None,
             _index=self._index,
+            _rows=None,
             _pending_rows=self._pending_rows,
             _memo=memo,
             **cols,
         )
+        return table
 
     def _change_arrays(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> None:
         """Replace in `cols` the numeric and boolean columns whose `positions` change to `states`'
         values (copies; the others stay shared)."""
         rows = np.array(positions, dtype=np.intp)
-        for name, g in (*_NUMERIC.items(), *_BOOLEAN.items()):
-            old = cols[name]
-            new = np.array([g(state) for state in states], dtype=old.dtype)
-            # Bit for bit, so -0.0 for 0.0 (or another NaN) is a change too.
-            if old[rows].tobytes() != new.tobytes():
-                col = old.copy()
-                col[rows] = new
+        numbers = [cols[name] for name in _NUMERIC]
+        if all(c.dtype == np.float64 for c in numbers):
+            # Every number of the changed rows at once, compared bit for bit (-0.0 for 0.0, or
+            # another NaN, is a change too).
+            new = np.array([[g(state) for g in _NUMERIC_GETTERS] for state in states], dtype=np.float64)
+            old = np.array([[c.item(i) for c in numbers] for i in positions], dtype=np.float64)
+            changed = np.flatnonzero((new.view(np.int64) != old.view(np.int64)).any(axis=0)).tolist()
+            for j in changed:
+                col = numbers[j].copy()
+                col[rows] = new[:, j]
+                cols[_NUMERIC_NAMES[j]] = col
+            checked: tuple[tuple[str, Callable[[HostState], Any]], ...] = tuple(_BOOLEAN.items())
+        else:
+            checked = (*_NUMERIC.items(), *_BOOLEAN.items())
+        for name, g in checked:
+            old_col = cols[name]
+            values = np.array([g(state) for state in states], dtype=old_col.dtype)
+            if old_col[rows].tobytes() != values.tobytes():
+                col = old_col.copy()
+                col[rows] = values
                 cols[name] = col
 
     def _change_objects(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> _Memo:
@@ -676,16 +785,13 @@ class HostTable:
             values = [o(state) for state in states]
             if all(_same(old[i], v) for i, v in zip(positions, values, strict=True)):
                 continue
-            listed = list(old)
-            for i, v in zip(positions, values, strict=True):
-                listed[i] = v
-            column = cols[name] = tuple(listed)
+            column = cols[name] = Patched.of(old, dict(zip(positions, values, strict=True)))
             factors = self._memo.factors.get(name)
             if factors is not None and factors.source is old:
                 memo.factors[name] = factors.with_rows(column, positions, values)
             index = self._memo.vm_index
             if name == "vm_ids" and index is not None and index.source is old:
-                memo.vm_index = index.extended(column, positions, max(32, len(self) // 32))
+                memo.vm_index = index.extended(column, positions, max(64, len(self) // 16))
         # Each entry checks its source column: the kept columns' entries stay valid.
         memo.factors = {**self._memo.factors, **memo.factors}
         memo.ids = self._memo.ids
@@ -926,6 +1032,7 @@ __all__ = [
     "FloatArray",
     "HostTable",
     "IndexArray",
+    "Patched",
     "SortedIds",
     "TakenIds",
     "constant",

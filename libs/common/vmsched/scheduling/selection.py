@@ -189,8 +189,10 @@ def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool, top: 
         # lexsort sorts by the last key first: totals, then host id for ties.
         picked = host_ids if rows is None else [host_ids[i] for i in rows.tolist()]
         ranked = np.lexsort((np.asarray(picked, dtype=np.str_), primary))
+    if top is not None:
+        ranked = ranked[:top]
     if rows is not None:
-        ranked = rows[ranked[:top]]
+        ranked = rows[ranked]
     order: list[int] = ranked.tolist()
     return order
 
@@ -249,13 +251,15 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
         # weights per unit per decision was most of the selection.
         counts = np.bincount(codes)
         below = np.cumsum(counts) - counts  # hosts with a strictly smaller weight, per value
-        better = below[codes] if direction is Direction.LOWER_IS_BETTER else n - (below + counts)[codes]
+        per_value = below if direction is Direction.LOWER_IS_BETTER else n - (below + counts)
+        # Points per value first (a few hundred), then one lookup per host.
+        counted: FloatArray = ((n - 1) - per_value).astype(np.float64).take(codes)
+        return counted
+    ordered = np.sort(raw)
+    if direction is Direction.LOWER_IS_BETTER:
+        better = np.searchsorted(ordered, raw, side="left")
     else:
-        ordered = np.sort(raw)
-        if direction is Direction.LOWER_IS_BETTER:
-            better = np.searchsorted(ordered, raw, side="left")
-        else:
-            better = n - np.searchsorted(ordered, raw, side="right")
+        better = n - np.searchsorted(ordered, raw, side="right")
     points: FloatArray = ((n - 1) - better).astype(np.float64)
     return points
 

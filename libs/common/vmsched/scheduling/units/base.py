@@ -135,7 +135,12 @@ class FilterVerdict:
 
     @classmethod
     def keep_all(cls, hosts: HostTable) -> FilterVerdict:
-        return cls(np.ones(len(hosts), dtype=np.bool_), (), _NONE_REMOVED)
+        n = len(hosts)
+        if len(_ALL[0]) < n:  # grown to the largest table seen
+            ones = np.ones(max(n, 2 * len(_ALL[0])), dtype=np.bool_)
+            ones.flags.writeable = False
+            _ALL[0] = ones
+        return cls(_ALL[0][:n], (), _NONE_REMOVED)
 
     @classmethod
     def from_mask(cls, hosts: HostTable, keep: BoolArray, reason: Callable[[int], str]) -> FilterVerdict:
@@ -152,6 +157,8 @@ class FilterVerdict:
 
 _NONE_REMOVED: IndexArray = np.zeros(0, dtype=np.intp)
 _NONE_REMOVED.flags.writeable = False
+#: keep_all's masks are views of this one (read-only: a verdict's mask is never written).
+_ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
 
 
 @dataclass(frozen=True)
