@@ -470,6 +470,8 @@ _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "ha_vm_count": lambda h: h.ha_vm_count,
     "build_failures": lambda h: h.build_failures,
     "cpu_last_sample_pct": lambda h: h.cpu_samples[-1][1] if h.cpu_samples else math.nan,
+    "cpu_last_sample_at": lambda h: h.cpu_samples[-1][0] if h.cpu_samples else math.nan,
+    "cpu_sample_count": lambda h: len(h.cpu_samples),
 }
 _NUMERIC_NAMES: tuple[str, ...] = tuple(_NUMERIC)
 _NUMERIC_GETTERS: tuple[Callable[[HostState], float], ...] = tuple(_NUMERIC.values())
@@ -537,6 +539,10 @@ class HostTable:
     #: The load of the host's newest CPU sample (NaN without samples): most hosts are not over
     #: a threshold now, and this column says so without walking their samples.
     cpu_last_sample_pct: FloatArray
+    #: When the newest CPU sample was taken (NaN without samples), and how many the host has: a
+    #: host with one sample has been over (or under) a threshold since that sample, no walk needed.
+    cpu_last_sample_at: FloatArray
+    cpu_sample_count: FloatArray
     pending_mem_mb: FloatArray
     pending_vcpus: FloatArray
     pending_cpus_pinned: FloatArray

@@ -277,15 +277,19 @@ def _codes(raw: FloatArray, lo: float, hi: float) -> IndexArray | None:
         return codes
     near = raw <= lo + _COUNTING_SPAN
     far = ~near
-    if np.count_nonzero(far) > len(raw) // 8:
-        return None
-    close = raw[near]
+    close, away = raw[near], raw[far]
     if not bool(np.all(np.floor(close) == close)):
         return None
     codes = np.empty(len(raw), dtype=np.intp)
     codes[near] = (close - lo).astype(np.intp)
-    _, order = np.unique(raw[far], return_inverse=True)
-    codes[far] = int(close.max() - lo) + 1 + order.reshape(-1)
+    first = int(close.max() - lo) + 1
+    if float(away.min()) == float(away.max()):  # one far value (a unit's worst weight): one more code
+        codes[far] = first
+    elif len(away) <= len(raw) // 8:
+        _, order = np.unique(away, return_inverse=True)
+        codes[far] = first + order.reshape(-1)
+    else:
+        return None
     return codes
 
 

@@ -19,7 +19,7 @@ import heapq
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -44,6 +44,7 @@ from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceable, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import validate_properties
+from vmsched.scheduling.units.base import VmsByHost
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
 from vmsched.store.state_records import aggregate_host
 
@@ -446,9 +447,10 @@ class Simulation:
         """The pending records of the migrations in flight (each on its target)."""
         return [f.pending for f in self._in_flight.values()]
 
-    def vm_reports(self) -> list[VmReport]:
-        """Every running VM, host by host in the workload's order."""
-        return [v for h in self._base for v in self._vms[h].values()]
+    def vm_reports(self) -> Sequence[VmReport]:
+        """Every running VM, host by host in the workload's order: a view (read it before the next
+        event) that a balance unit reads a source host's VMs of without walking all."""
+        return VmsByHost(self._vms)
 
     def resting(self) -> set[str]:
         for vm_id in [v for v, until in self._rest_until.items() if until <= self.clock]:

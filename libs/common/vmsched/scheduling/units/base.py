@@ -161,6 +161,54 @@ _NONE_REMOVED.flags.writeable = False
 _ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
 
 
+class VmsByHost(Sequence[VmReport]):
+    """VMs held host by host (host id -> VM id -> report, each report's host_id its host's), read
+    as one sequence, host after host in the mapping's order, of those `keep` admits; `on` gives
+    one host's without reading the others' (a balance unit asks for its source hosts' VMs, and a
+    cluster runs tens of thousands of VMs). A view: read it before the VMs change."""
+
+    __slots__ = ("_flat", "_hosts", "_keep")
+
+    def __init__(
+        self, hosts: Mapping[str, Mapping[str, VmReport]], keep: Callable[[VmReport], bool] | None = None
+    ) -> None:
+        self._hosts, self._keep = hosts, keep
+        self._flat: list[VmReport] | None = None
+
+    def on(self, host_id: str) -> list[VmReport]:
+        """The host's VMs (those admitted), in order."""
+        vms = self._hosts.get(host_id)
+        if vms is None:
+            return []
+        keep = self._keep
+        return list(vms.values()) if keep is None else [v for v in vms.values() if keep(v)]
+
+    def kept(self, keep: Callable[[VmReport], bool]) -> VmsByHost:
+        """These VMs, of them those `keep` admits too."""
+        mine = self._keep
+        return VmsByHost(self._hosts, keep if mine is None else lambda v: mine(v) and keep(v))
+
+    def _list(self) -> list[VmReport]:
+        if self._flat is None:
+            keep = self._keep
+            every = (v for vms in self._hosts.values() for v in vms.values())
+            self._flat = list(every) if keep is None else [v for v in every if keep(v)]
+        return self._flat
+
+    @overload
+    def __getitem__(self, i: int) -> VmReport: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[VmReport]: ...
+    def __getitem__(self, i: int | slice) -> VmReport | Sequence[VmReport]:
+        return self._list()[i]
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __iter__(self) -> Iterator[VmReport]:
+        return iter(self._list())
+
+
 @dataclass(frozen=True)
 class Migration:
     """A balance unit's pick: move `vm_id` off `source_host` to one of `candidates` (the whitelist of
@@ -373,6 +421,7 @@ __all__ = [
     "PropertySpec",
     "Props",
     "ValidationCache",
+    "VmsByHost",
     "WeightFn",
     "prop_bool",
     "prop_float",

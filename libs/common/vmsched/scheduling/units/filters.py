@@ -277,7 +277,12 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
     since = np.full(n, math.nan)
     last_t = np.full(n, math.nan)
     last_load = np.zeros(n)
-    for i in over_now.tolist():
+    # A host with one sample has been over since that sample: no walk (a simulated host has one).
+    single = hosts.cpu_sample_count.take(over_now) == 1
+    one = over_now[single]
+    since[one] = last_t[one] = hosts.cpu_last_sample_at.take(one)
+    last_load[one] = hosts.cpu_last_sample_pct.take(one)
+    for i in over_now[~single].tolist():
         samples = hosts.cpu_samples[i]
         loads = samples.loads
         thr = float(threshold[i])
