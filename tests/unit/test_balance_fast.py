@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from tests.factories import CLUSTER, host, pend, table, vm_report
 from vmsched.contracts import HostState, HostStatus, VmReport
+from vmsched.scheduling.balancing import balance_pass, movable_vms
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
@@ -46,7 +47,7 @@ from vmsched.scheduling.units.balance import (
     power_saving_balance,
     sustained_for,
 )
-from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome, Migration, Props, prop_bool, prop_int
+from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome, Migration, Props, VmsByHost, prop_bool, prop_int
 from vmsched.scheduling.units.helpers import VCPU_CONSUMPTION_PCT, fmt_num, max_scheduling_memory_mb
 
 T = 1_700_000_000.0
@@ -308,6 +309,37 @@ def test_units_decide_as_the_straightforward_version(cluster: tuple[HostTable, l
     for name, fast, reference in PAIRS:
         props = validate_properties(get_unit(name), given_props)
         assert fast(hosts, vms, props) == reference(hosts, vms, props), name
+
+
+def _host_by_host(vms: list[VmReport]) -> VmsByHost:
+    """The VMs as the simulator holds them: host id -> VM id -> report."""
+    grouped: dict[str, dict[str, VmReport]] = {}
+    for v in vms:
+        assert v.host_id is not None
+        grouped.setdefault(v.host_id, {})[v.vm_id] = v
+    return VmsByHost(grouped)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cluster=clusters(), in_flight=st.sets(st.sampled_from([f"vm{j}" for j in range(24)])), data=st.data())
+def test_units_given_the_vms_host_by_host_decide_as_given_a_list(
+    cluster: tuple[HostTable, list[VmReport], dict[str, str]], in_flight: set[str], data: st.DataObject
+) -> None:
+    """The simulator passes its VMs host by host (a source host's VMs read without walking all):
+    the movable ones, and every unit's pick, are those of the same VMs as a list."""
+    hosts, vms, given_props = cluster
+    resting = data.draw(st.sets(st.sampled_from([f"vm{j}" for j in range(24)])))
+    listed = list(movable_vms(vms, in_flight, resting))
+    grouped = movable_vms(_host_by_host(vms), in_flight, resting)
+    assert isinstance(grouped, VmsByHost)
+    assert sorted(v.vm_id for v in grouped) == sorted(v.vm_id for v in listed)
+    for h in {v.host_id for v in vms} | {"nowhere"}:
+        assert grouped.on(str(h)) == [v for v in listed if v.host_id == h]
+    for name, fast, _ in PAIRS:
+        unit = get_unit(name)
+        props = validate_properties(unit, given_props)
+        assert fast(hosts, grouped, props) == fast(hosts, listed, props), name
+        assert balance_pass(unit, props, hosts, grouped) == balance_pass(unit, props, hosts, listed), name
 
 
 def test_a_pass_that_walks_many_sources_agrees() -> None:

@@ -139,7 +139,7 @@ class Balancer:
         )
         return migration
 
-    async def _movable(self, cluster: str, vms: list[VmReport], in_flight: set[str]) -> list[VmReport]:
+    async def _movable(self, cluster: str, vms: list[VmReport], in_flight: set[str]) -> Sequence[VmReport]:
         """Running, migratable VMs that are neither in flight nor resting after a migration."""
         candidates = migration_candidates(vms, in_flight)
         if not candidates:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -607,14 +607,14 @@ class Selector:
         cands = candidate_hosts(table, req.whitelist, req.blacklist)
         ours = {vm.vm_id for vm in req.vms}
 
-        async def filter_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> Screening:
+        async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> Screening:
             with _stage("filter"):
-                reply = await self._filter(req, vm, policy, version, hosts, seen)
+                reply = await self._filter(req, vm, policy, version, list(hosts), seen)
             return Screening(reply.survivors, reply.removed)
 
-        async def weigh_fn(vm: VmSpec, hosts: list[str], seen: list[PendingEntry]) -> ScoreTable:
+        async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> ScoreTable:
             with _stage("weigh"):
-                return await self._weigh(req, vm, policy, version, hosts, seen)
+                return await self._weigh(req, vm, policy, version, list(hosts), seen)
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             expires = time.time() + self.settings.pending_ttl_s

@@ -8,14 +8,14 @@ from the same inputs and ask `place` the same migration request.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from vmsched.contracts import RequestKind, ScheduleRequest, VmReport, VmSpec, VmStatus
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import get_unit
-from vmsched.scheduling.units.base import Migration, PolicyUnit, PowerChange, Props
+from vmsched.scheduling.units.base import Migration, PolicyUnit, PowerChange, Props, VmsByHost
 
 
 @dataclass(frozen=True)
@@ -33,18 +33,28 @@ def balance_unit_of(policy: Policy) -> PolicyUnit | None:
     return None if policy.balance is None else get_unit(policy.balance)
 
 
-def migration_candidates(vms: Sequence[VmReport], in_flight: Collection[str]) -> list[VmReport]:
+def _candidate(in_flight: Collection[str]) -> Callable[[VmReport], bool]:
+    def ok(v: VmReport) -> bool:
+        return v.status is VmStatus.RUNNING and v.migratable and v.host_id is not None and v.vm_id not in in_flight
+
+    return ok
+
+
+def migration_candidates(vms: Sequence[VmReport], in_flight: Collection[str]) -> Sequence[VmReport]:
     """Running, migratable VMs on a host that are not in flight (before cool-downs are checked)."""
-    return [
-        v
-        for v in vms
-        if v.status is VmStatus.RUNNING and v.migratable and v.host_id is not None and v.vm_id not in in_flight
-    ]
+    ok = _candidate(in_flight)
+    if isinstance(vms, VmsByHost):
+        return vms.kept(ok)
+    return [v for v in vms if ok(v)]
 
 
-def movable_vms(vms: Sequence[VmReport], in_flight: Collection[str], resting: Collection[str]) -> list[VmReport]:
-    """The VMs a balance unit may move: candidates that are not resting after a migration."""
-    return [v for v in migration_candidates(vms, in_flight) if v.vm_id not in resting]
+def movable_vms(vms: Sequence[VmReport], in_flight: Collection[str], resting: Collection[str]) -> Sequence[VmReport]:
+    """The VMs a balance unit may move: candidates that are not resting after a migration (host by
+    host when given host by host)."""
+    candidates = migration_candidates(vms, in_flight)
+    if isinstance(candidates, VmsByHost):
+        return candidates.kept(lambda v: v.vm_id not in resting)
+    return [v for v in candidates if v.vm_id not in resting]
 
 
 def balance_pass(
@@ -60,7 +70,8 @@ def balance_pass(
     if outcome.migration is None:
         return BalancePick(None, None, outcome.power)
     pick = outcome.migration
-    vm = next(v for v in movable if v.vm_id == pick.vm_id)
+    among = movable.on(pick.source_host) if isinstance(movable, VmsByHost) else movable
+    vm = next(v for v in among if v.vm_id == pick.vm_id)
     return BalancePick(vm, pick, outcome.power)
 
 
@@ -98,6 +109,7 @@ def migration_request(
 
 __all__ = [
     "BalancePick",
+    "VmsByHost",
     "balance_pass",
     "balance_unit_of",
     "migration_candidates",

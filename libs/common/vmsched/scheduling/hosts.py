@@ -10,17 +10,26 @@ duration): units never read the clock themselves.
 Columns come in three groups, declared once below: numeric (float arrays), boolean arrays, and
 per-host Python objects (sets, mappings) that no array can hold. Adding a host attribute means
 adding it to one group (_NUMERIC, _BOOLEAN or _OBJECT) and to HostTable's fields.
+
+A table is immutable, and a decision at 10,000 hosts must not cost a pass over every host in
+Python: copies share what did not change (`with_rows` copies only the columns whose changed rows
+differ, `with_pending` with nothing pending copies nothing), and a table keeps what it derived from
+its object columns for the next version (`factors`: the distinct values of a shared column, so
+"which hosts have network n" is one test per distinct network set; where each VM runs, for
+affinity). Sub-tables (`take`) know their rows in the whole cluster and read those from it.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -28,12 +37,33 @@ import numpy.typing as npt
 from vmsched.contracts import ClusterReport, HostState, HostStatus, PendingEntry
 
 T = TypeVar("T")
+A = TypeVar("A", bound=npt.NDArray[Any])
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
 
 
 _NOTHING: frozenset[str] = frozenset()
+
+
+class Positions:
+    """Row positions as an array, and as a list of ints when first read one by one (a list of
+    10,000 ints costs more than most units that read a sub-table)."""
+
+    __slots__ = ("_list", "array")
+
+    def __init__(self, array: IndexArray) -> None:
+        self.array = array
+        self._list: list[int] | None = None
+
+    @property
+    def list(self) -> list[int]:
+        if self._list is None:
+            self._list = self.array.tolist()
+        return self._list
+
+    def __len__(self) -> int:
+        return len(self.array)
 
 
 class Rows(Sequence[T]):
@@ -45,21 +75,22 @@ class Rows(Sequence[T]):
 
     __slots__ = ("_base", "_items", "_rows")
 
-    def __init__(self, base: Sequence[T], rows: list[int]) -> None:
+    def __init__(self, base: Sequence[T], rows: Positions) -> None:
         self._base, self._rows = base, rows
         self._items: tuple[T, ...] | None = None
 
     @classmethod
-    def pick(cls, column: Sequence[T], rows: list[int]) -> Sequence[T]:
+    def pick(cls, column: Sequence[T], rows: Positions) -> Sequence[T]:
         if isinstance(column, Rows):  # compose, so reads never go through a chain of views
             if column._items is not None:
                 return cls(column._items, rows)
-            return cls(column._base, [column._rows[r] for r in rows])
+            return cls(column._base, Positions(column._rows.array[rows.array]))
         return cls(column, rows)
 
     def _tuple(self) -> tuple[T, ...]:
         if self._items is None:
-            self._items = tuple(map(self._base.__getitem__, self._rows))
+            base = self._base._tuple() if isinstance(self._base, Patched) else self._base
+            self._items = tuple(map(base.__getitem__, self._rows.list))
         return self._items
 
     @overload
@@ -71,7 +102,7 @@ class Rows(Sequence[T]):
             return self._tuple()[i]
         if self._items is not None:
             return self._items[i]
-        return self._base[self._rows[i]]
+        return self._base[self._rows.list[i]]
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -87,6 +118,73 @@ class Rows(Sequence[T]):
 
     def __repr__(self) -> str:
         return f"Rows({list(self)!r})"
+
+
+class Patched(Sequence[T]):
+    """An object column as an earlier version's tuple and the rows changed since: a version of a
+    10,000-host column per decision without copying the 10,000 (a simulation changes a host or
+    two between decisions). Reads by position look at the changes first; a walk over the whole
+    column makes it a tuple once. `with_rows` flattens it when the changes pile up."""
+
+    __slots__ = ("_base", "_changes", "_items")
+
+    def __init__(self, base: tuple[T, ...], changes: Mapping[int, T]) -> None:
+        self._base, self._changes = base, changes
+        self._items: tuple[T, ...] | None = None
+
+    @classmethod
+    def of(cls, column: Sequence[T], changes: Mapping[int, T]) -> Sequence[T]:
+        """`column` with `changes`, flattened when they pile up."""
+        if isinstance(column, Patched):
+            base, changes = column._base, {**column._changes, **changes}
+        else:
+            base = column if isinstance(column, tuple) else tuple(column)
+        if len(changes) > _MAX_PATCHED:
+            listed = list(base)
+            for i, v in changes.items():
+                listed[i] = v
+            return tuple(listed)
+        return cls(base, changes)
+
+    def _tuple(self) -> tuple[T, ...]:
+        if self._items is None:
+            listed = list(self._base)
+            for i, v in self._changes.items():
+                listed[i] = v
+            self._items = tuple(listed)
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice) or self._items is not None:
+            return self._tuple()[i]
+        if i < 0:
+            i += len(self._base)
+        changed = self._changes.get(i, _UNCHANGED)
+        return self._base[i] if changed is _UNCHANGED else changed
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self._tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._tuple() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"Patched({self._tuple()!r})"
+
+
+#: Changed rows a Patched column holds before a new version is a plain tuple again.
+_MAX_PATCHED = 64
+_UNCHANGED: Any = object()
 
 
 class CpuSamples(Sequence[tuple[float, float]]):
@@ -156,6 +254,199 @@ def _map(values: Mapping[Any, Any]) -> Mapping[Any, Any]:
     return values or _NO_ENTRIES
 
 
+class SortedIds(tuple[str, ...]):
+    """Host ids in strictly ascending order: a table's ids when they are (the state caches keep
+    their tables sorted by id), kept so through its sub-tables, so a selector breaks ties by id
+    with a stable sort instead of comparing 10,000 strings on every decision."""
+
+    __slots__ = ()
+
+
+class TakenIds(Sequence[str]):
+    """A sub-table's host ids: the cluster's (an array of the same str objects) at its rows, looked
+    up when read. Most sub-tables' ids are never read whole (a decision reads its best few), and
+    a tuple of 10,000 ids cost more to make and to free than the units reading the sub-table."""
+
+    __slots__ = ("_array", "_items", "_rows", "ascending")
+
+    def __init__(self, array: npt.NDArray[np.object_], rows: IndexArray, ascending: bool) -> None:
+        self._array, self._rows = array, rows
+        #: Whether the ids ascend (they do when the cluster's do, rows ascending).
+        self.ascending = ascending
+        self._items: tuple[str, ...] | None = None
+
+    def _tuple(self) -> tuple[str, ...]:
+        if self._items is None:
+            self._items = tuple(self._array[self._rows].tolist())
+        return self._items
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice) or self._items is not None:
+            return self._tuple()[i]
+        found: str = self._array[self._rows[i]]
+        return found
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tuple())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._tuple() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._tuple())
+
+    def __repr__(self) -> str:
+        return f"TakenIds({self._tuple()!r})"
+
+
+def ids_ascend(ids: Sequence[str]) -> bool:
+    """Whether `ids` are known to ascend strictly, without comparing them (False: not known)."""
+    return isinstance(ids, SortedIds) or (isinstance(ids, TakenIds) and ids.ascending)
+
+
+def constant(n: int, value: float) -> FloatArray:
+    """`value` for each of n hosts, as a read-only array that stores it once: what a unit with
+    nothing to say about a VM returns, which a selector tells apart without reading n values."""
+    one = _ONE.get(value)
+    if one is None:
+        if len(_ONE) >= 256:
+            _ONE.clear()
+        one = _ONE[value] = np.full(1, value, dtype=np.float64)
+    out: FloatArray = np.ndarray((n,), dtype=np.float64, buffer=one, strides=(0,))
+    out.flags.writeable = False
+    return out
+
+
+#: value -> the one-element array `constant` arrays of it look at (never written).
+_ONE: dict[float, FloatArray] = {}
+
+
+def is_constant(values: npt.NDArray[Any]) -> bool:
+    """Whether `values` is a `constant` array (one value stored once)."""
+    return values.ndim == 1 and values.strides == (0,) and len(values) > 0
+
+
+def _ids(ids: Iterable[str]) -> tuple[str, ...]:
+    """`ids` as a tuple, a SortedIds when they ascend."""
+    out = tuple(ids)
+    return SortedIds(out) if all(a < b for a, b in pairwise(out)) else out
+
+
+@dataclass(frozen=True, eq=False)
+class Factors:
+    """An object column as codes into its distinct values: column[i] == values[codes[i]]."""
+
+    #: The column these are the factors of (held, so the identity test stays sound).
+    source: Sequence[Any]
+    codes: IndexArray
+    values: tuple[Any, ...]
+    #: value -> its code
+    lookup: Mapping[Any, int]
+
+    @classmethod
+    def of(cls, column: Sequence[Any]) -> Factors:
+        lookup: dict[Any, int] = {}
+        codes = np.fromiter((lookup.setdefault(v, len(lookup)) for v in column), dtype=np.intp, count=len(column))
+        return cls(column, codes, tuple(lookup), lookup)
+
+    def with_rows(self, column: Sequence[Any], rows: Sequence[int], values: Sequence[Any]) -> Factors:
+        """The factors of `column`, this column with the values at `rows` changed to `values`."""
+        codes = self.codes.copy()
+        lookup: dict[Any, int] | None = None
+        for i, v in zip(rows, values, strict=True):
+            k = (lookup or self.lookup).get(v)
+            if k is None:
+                lookup = lookup if lookup is not None else dict(self.lookup)
+                k = lookup[v] = len(lookup)
+            codes[i] = k
+        if lookup is None:
+            return Factors(column, codes, self.values, self.lookup)
+        return Factors(column, codes, tuple(lookup), lookup)
+
+
+class _VmIndex:
+    """Where VMs run in `source` (a vm_ids column): the row of each VM in an earlier version of the
+    column (`base`; `multi` for a VM counted on several hosts, mid-move), and the rows changed
+    since (`fresh`). A VM runs at those of its base rows that still hold it and at the fresh rows
+    that hold it (rows keep their positions from version to version: `with_rows`). Rebuilding
+    costs a pass over every VM, so versions extend it until `fresh` grows too long."""
+
+    __slots__ = ("base", "fresh", "multi", "source")
+
+    def __init__(
+        self,
+        source: Sequence[frozenset[str]],
+        base: Mapping[str, int],
+        multi: Mapping[str, tuple[int, ...]],
+        fresh: frozenset[int],
+    ) -> None:
+        self.source, self.base, self.multi, self.fresh = source, base, multi, fresh
+
+    @classmethod
+    def of(cls, vm_ids: Sequence[frozenset[str]]) -> _VmIndex:
+        base = {v: i for i, ids in enumerate(vm_ids) for v in ids}
+        multi: dict[str, tuple[int, ...]] = {}
+        if len(base) != sum(map(len, vm_ids)):  # some VM on two hosts: all its rows
+            for i, ids in enumerate(vm_ids):
+                for v in ids:
+                    multi[v] = (*multi.get(v, ()), i)
+            multi = {v: rows for v, rows in multi.items() if len(rows) > 1}
+        return cls(vm_ids, base, multi, frozenset())
+
+    def extended(self, vm_ids: Sequence[frozenset[str]], rows: Iterable[int], limit: int) -> _VmIndex | None:
+        """The index of `vm_ids`, this column with `rows` changed (None: rebuild instead)."""
+        fresh = self.fresh.union(rows)
+        return _VmIndex(vm_ids, self.base, self.multi, fresh) if len(fresh) <= limit else None
+
+    def rows(self, vm: str) -> set[int]:
+        vm_ids = self.source
+        at = self.multi.get(vm)
+        if at is None:
+            row = self.base.get(vm)
+            at = () if row is None else (row,)
+        found = {r for r in at if vm in vm_ids[r]}
+        found.update(r for r in self.fresh if vm in vm_ids[r])
+        return found
+
+
+class _Memo:
+    """What tables derived from their object columns (factors of shared columns, where VMs run),
+    each entry valid for the table whose column is its `source` (the same object): versions that
+    keep a column (`with_pending`, `with_rows`) keep what was derived from it."""
+
+    __slots__ = ("derived", "factors", "ids", "vm_index")
+
+    def __init__(self, factors: dict[str, Factors] | None = None, vm_index: _VmIndex | None = None) -> None:
+        self.factors: dict[str, Factors] = factors if factors is not None else {}
+        self.vm_index = vm_index
+        #: key -> (the settings and columns it was computed from, the per-host array)
+        self.derived: dict[str, tuple[tuple[Any, ...], npt.NDArray[Any]]] = {}
+        #: (ids, the same as an array of objects), to take sub-tables' ids by array indexing.
+        self.ids: tuple[Sequence[str], npt.NDArray[np.object_]] | None = None
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether a changed row's object value can stay as it was: the same object, or an equal set,
+    string or CPU history (bit for bit; mappings only when the same object)."""
+    if old is new:
+        return True
+    kind = type(old)
+    if kind is not type(new):
+        return False
+    if kind is frozenset or kind is str:
+        return bool(old == new)
+    if kind is CpuSamples:
+        return bool(old.times.tobytes() == new.times.tobytes() and old.loads.tobytes() == new.loads.tobytes())
+    return False
+
+
 #: name -> how to read it from a HostState. Order is the order of HostTable's float fields.
 _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "cpu_sockets": lambda h: h.report.cpu_sockets,
@@ -179,7 +470,11 @@ _NUMERIC: dict[str, Callable[[HostState], float]] = {
     "ha_vm_count": lambda h: h.ha_vm_count,
     "build_failures": lambda h: h.build_failures,
     "cpu_last_sample_pct": lambda h: h.cpu_samples[-1][1] if h.cpu_samples else math.nan,
+    "cpu_last_sample_at": lambda h: h.cpu_samples[-1][0] if h.cpu_samples else math.nan,
+    "cpu_sample_count": lambda h: len(h.cpu_samples),
 }
+_NUMERIC_NAMES: tuple[str, ...] = tuple(_NUMERIC)
+_NUMERIC_GETTERS: tuple[Callable[[HostState], float], ...] = tuple(_NUMERIC.values())
 _BOOLEAN: dict[str, Callable[[HostState], bool]] = {
     "up": lambda h: h.report.status is HostStatus.UP,
     "is_spm": lambda h: h.report.is_spm,
@@ -209,13 +504,15 @@ PENDING_COLUMNS: tuple[str, ...] = ("pending_mem_mb", "pending_vcpus", "pending_
 NUMERIC_COLUMNS: tuple[str, ...] = (*_NUMERIC, *PENDING_COLUMNS)
 BOOLEAN_COLUMNS: tuple[str, ...] = tuple(_BOOLEAN)
 OBJECT_COLUMNS: tuple[str, ...] = (*_OBJECT, "pending_vm_ids")
+_ARRAY_COLUMNS: frozenset[str] = frozenset((*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS))
 
 
 @dataclass(frozen=True, eq=False)
 class HostTable:
     """Hosts of one cluster, one array per attribute, all aligned with `ids`."""
 
-    ids: tuple[str, ...]
+    #: A tuple (a SortedIds when they ascend) for a whole cluster, a TakenIds for a sub-table.
+    ids: Sequence[str]
     settings: ClusterReport
     # numeric
     cpu_sockets: FloatArray
@@ -242,6 +539,10 @@ class HostTable:
     #: The load of the host's newest CPU sample (NaN without samples): most hosts are not over
     #: a threshold now, and this column says so without walking their samples.
     cpu_last_sample_pct: FloatArray
+    #: When the newest CPU sample was taken (NaN without samples), and how many the host has: a
+    #: host with one sample has been over (or under) a threshold since that sample, no walk needed.
+    cpu_last_sample_at: FloatArray
+    cpu_sample_count: FloatArray
     pending_mem_mb: FloatArray
     pending_vcpus: FloatArray
     pending_cpus_pinned: FloatArray
@@ -272,6 +573,11 @@ class HostTable:
     _cluster: HostTable | None = field(default=None, repr=False)
     #: host id -> position; built on first lookup (most sub-tables are never searched by id).
     _index: dict[str, int] | None = field(default=None, repr=False)
+    #: A sub-table's rows in `cluster`, ascending (None: the whole cluster, or not known).
+    _rows: IndexArray | None = field(default=None, repr=False)
+    #: (pending_vm_ids, the rows where it holds a VM): known when the column was built.
+    _pending_rows: tuple[Sequence[frozenset[str]], tuple[int, ...]] | None = field(default=None, repr=False)
+    _memo: _Memo = field(default_factory=_Memo, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -282,6 +588,18 @@ class HostTable:
             object.__setattr__(self, "_index", {h: i for i, h in enumerate(self.ids)})
         assert self._index is not None
         return self._index
+
+    @property
+    def _root(self) -> bool:
+        return self._cluster is None
+
+    def _evolve(self, **changes: Any) -> HostTable:
+        """A copy with `changes` (fields by name), as dataclasses.replace makes it, without passing
+        45 fields through __init__ (twice per decision)."""
+        copy = object.__new__(HostTable)
+        copy.__dict__.update(self.__dict__)
+        copy.__dict__.update(changes)
+        return copy
 
     def columns(self) -> dict[str, Any]:
         """Every column by name (for building a modified copy)."""
@@ -320,59 +638,173 @@ class HostTable:
         cols.update({name: bits[:, j] != 0 for j, name in enumerate(_BOOLEAN)})
         cols.update({name: tuple(column) for name, column in zip(_OBJECT, values, strict=True)})
         cols["pending_vm_ids"] = (_NOTHING,) * n
-        return cls(ids=tuple(ids), settings=settings, **cols)
+        return cls(ids=_ids(ids), settings=settings, _pending_rows=(cols["pending_vm_ids"], ()), **cols)
 
     def with_pending(self, entries: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
         """A copy with the pending columns summed from `entries` (other hosts' entries are ignored),
         evaluated at `now` when given."""
+        index = self.index
+        placed = [(i, e) for e in entries if (i := index.get(e.host_id)) is not None]
+        as_of = self.as_of if now is None else now
+        if not placed and self._nothing_pending():
+            # Nothing pending before or after (a simulation's usual decision): nothing to copy,
+            # and a sub-table's columns stay its cluster's.
+            return self._evolve(as_of=as_of)
         n = len(self)
         mem, vcpus, pinned, count = (np.zeros(n, dtype=np.float64) for _ in range(4))
         # Most hosts have nothing pending: they share one empty set.
         vm_ids: list[frozenset[str]] = [_NOTHING] * n
-        index = self.index
-        for e in entries:
-            i = index.get(e.host_id)
-            if i is None:
-                continue
+        for i, e in placed:
             mem[i] += e.mem_mb
             vcpus[i] += e.vcpus
             pinned[i] += e.cpus_pinned
             count[i] += 1
             vm_ids[i] = vm_ids[i] | {e.vm_id}
-        return replace(
-            self,
+        pending_ids = tuple(vm_ids)
+        return self._evolve(
             pending_mem_mb=mem,
             pending_vcpus=vcpus,
             pending_cpus_pinned=pinned,
             pending_vm_count=count,
-            pending_vm_ids=tuple(vm_ids),
-            as_of=self.as_of if now is None else now,
+            pending_vm_ids=pending_ids,
+            as_of=as_of,
             _index=self._index,
+            # A sub-table's pending no longer is its cluster's: it reads its own rows from now on.
+            _rows=None,
+            _pending_rows=(pending_ids, tuple(sorted({i for i, _ in placed}))),
         )
+
+    def _nothing_pending(self) -> bool:
+        if self.pending_rows():
+            return False
+        columns = (self.pending_mem_mb, self.pending_vcpus, self.pending_cpus_pinned, self.pending_vm_count)
+        return not any(c.any() for c in columns)
+
+    def pending_rows(self) -> tuple[int, ...]:
+        """Positions of the hosts with a VM pending, ascending."""
+        known = self._pending_rows
+        if known is not None and known[0] is self.pending_vm_ids:
+            return known[1]
+        rows = tuple(i for i, ids in enumerate(self.pending_vm_ids) if ids)
+        object.__setattr__(self, "_pending_rows", (self.pending_vm_ids, rows))
+        return rows
+
+    def derived(self, key: str, columns: tuple[str, ...], make: Callable[[HostTable], A]) -> A:
+        """`make(self)`: a per-host array computed row by row from the settings and `columns`
+        only, kept for the next versions of the table while those are the same objects (a host's
+        CPU count or SPM share rarely changes; computing them in every unit of every decision
+        cost more than the units' own work). A sub-table of known rows takes its cluster's."""
+        if self._rows is not None:
+            return cast(A, self.cluster.derived(key, columns, make).take(self._rows))
+        sources = (self.settings, *(getattr(self, c) for c in columns))
+        known = self._memo.derived.get(key)
+        if known is not None and len(known[0]) == len(sources) and all(map(operator.is_, known[0], sources)):
+            return cast(A, known[1])
+        value = make(self)
+        self._memo.derived[key] = (sources, value)
+        return value
+
+    def factors(self, name: str) -> Factors:
+        """The factors of object column `name` (one of the shared columns: networks, arch,
+        hypervisor_type, cpu_models, emulated_machines, host_groups), kept for the next versions."""
+        if name not in _SHARED:
+            raise ValueError(f"no factors of column {name!r}: only of {sorted(_SHARED)}")
+        column = getattr(self, name)
+        found = self._memo.factors.get(name)
+        if found is not None and found.source is column:
+            return found
+        if self._rows is not None:
+            # A sub-table's values are the cluster's at its rows.
+            whole = self.cluster.factors(name)
+            found = Factors(column, whole.codes.take(self._rows), whole.values, whole.lookup)
+        else:
+            found = Factors.of(column)
+        self._memo.factors[name] = found
+        return found
 
     def with_rows(self, changed: Mapping[str, HostState], settings: ClusterReport | None = None) -> HostTable | None:
         """A copy with the rows of `changed` hosts replaced, or None if one of them is new here.
 
-        The state caches use this to move from one version to the next in O(changed hosts)
-        instead of rebuilding every column (host order, hence positions, never changes here).
+        The state caches and the simulator use this to move from one version to the next in
+        O(changed hosts) instead of rebuilding every column (host order, hence positions, never
+        changes here): only a column whose changed rows differ is copied (a VM's arrival changes a
+        host's memory, load and VMs, not its networks or CPU models), and the others, with what
+        was derived from them, are shared with this table.
         """
-        positions = [self.index.get(h) for h in changed]
-        if any(p is None for p in positions):
-            return None
+        positions: list[int] = []
+        for h in changed:
+            i = self.index.get(h)
+            if i is None:
+                return None
+            positions.append(i)
+        states = list(changed.values())
         cols = self.columns()
-        for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS):
-            cols[name] = cols[name].copy()
-        objects = {name: list(cols[name]) for name in _OBJECT}
-        for state, i in zip(changed.values(), positions, strict=True):
-            assert i is not None
-            for name, g in _NUMERIC.items():
-                cols[name][i] = g(state)
-            for name, b in _BOOLEAN.items():
-                cols[name][i] = b(state)
-            for name, o in _OBJECT.items():
-                objects[name][i] = o(state)
-        cols.update({name: tuple(values) for name, values in objects.items()})
-        return HostTable(ids=self.ids, settings=settings or self.settings, as_of=self.as_of, _index=self._index, **cols)
+        self._change_arrays(cols, positions, states)
+        memo = self._change_objects(cols, positions, states)
+        # What HostTable(...) makes, without passing 45 fields through the dataclass's __init__.
+        table = object.__new__(HostTable)
+        table.__dict__.update(
+            ids=self.ids,
+            settings=settings or self.settings,
+            as_of=self.as_of,
+            _cluster=None,
+            _index=self._index,
+            _rows=None,
+            _pending_rows=self._pending_rows,
+            _memo=memo,
+            **cols,
+        )
+        return table
+
+    def _change_arrays(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> None:
+        """Replace in `cols` the numeric and boolean columns whose `positions` change to `states`'
+        values (copies; the others stay shared)."""
+        rows = np.array(positions, dtype=np.intp)
+        numbers = [cols[name] for name in _NUMERIC]
+        if all(c.dtype == np.float64 for c in numbers):
+            # Every number of the changed rows at once, compared bit for bit (-0.0 for 0.0, or
+            # another NaN, is a change too).
+            new = np.array([[g(state) for g in _NUMERIC_GETTERS] for state in states], dtype=np.float64)
+            old = np.array([[c.item(i) for c in numbers] for i in positions], dtype=np.float64)
+            changed = np.flatnonzero((new.view(np.int64) != old.view(np.int64)).any(axis=0)).tolist()
+            for j in changed:
+                col = numbers[j].copy()
+                col[rows] = new[:, j]
+                cols[_NUMERIC_NAMES[j]] = col
+            checked: tuple[tuple[str, Callable[[HostState], Any]], ...] = tuple(_BOOLEAN.items())
+        else:
+            checked = (*_NUMERIC.items(), *_BOOLEAN.items())
+        for name, g in checked:
+            old_col = cols[name]
+            values = np.array([g(state) for state in states], dtype=old_col.dtype)
+            if old_col[rows].tobytes() != values.tobytes():
+                col = old_col.copy()
+                col[rows] = values
+                cols[name] = col
+
+    def _change_objects(self, cols: dict[str, Any], positions: list[int], states: list[HostState]) -> _Memo:
+        """Replace in `cols` the object columns whose `positions` change to `states`' values; what
+        was derived from a changed column is brought up to date, from the others kept."""
+        memo = _Memo()
+        for name, o in _OBJECT.items():
+            old = cols[name]
+            values = [o(state) for state in states]
+            if all(_same(old[i], v) for i, v in zip(positions, values, strict=True)):
+                continue
+            column = cols[name] = Patched.of(old, dict(zip(positions, values, strict=True)))
+            factors = self._memo.factors.get(name)
+            if factors is not None and factors.source is old:
+                memo.factors[name] = factors.with_rows(column, positions, values)
+            index = self._memo.vm_index
+            if name == "vm_ids" and index is not None and index.source is old:
+                memo.vm_index = index.extended(column, positions, max(64, len(self) // 16))
+        # Each entry checks its source column: the kept columns' entries stay valid.
+        memo.factors = {**self._memo.factors, **memo.factors}
+        memo.ids = self._memo.ids
+        memo.derived = dict(self._memo.derived)
+        if memo.vm_index is None and cols["vm_ids"] is self.vm_ids:
+            memo.vm_index = self._memo.vm_index
+        return memo
 
     def updated(
         self,
@@ -418,7 +850,7 @@ class HostTable:
             cols[name] = np.concatenate((getattr(self, name), np.zeros(1)))[pending_take]
         pending_ids = (*self.pending_vm_ids, _NOTHING)
         cols["pending_vm_ids"] = tuple(map(pending_ids.__getitem__, pending_rows))
-        return HostTable(ids=tuple(h for h, _ in order), settings=settings, as_of=self.as_of, **cols)
+        return HostTable(ids=_ids(h for h, _ in order), settings=settings, as_of=self.as_of, **cols)
 
     # ------------------------------------------------------------------ selection
     def index_of(self, host_ids: Iterable[str]) -> IndexArray:
@@ -427,24 +859,76 @@ class HostTable:
         return np.fromiter((idx[h] for h in host_ids if h in idx), dtype=np.intp)
 
     def position(self, host_id: str) -> int | None:
+        if self._index is None and self._rows is not None:
+            # A sub-table: its position among its rows in the cluster, without indexing its ids.
+            p = self.cluster.position(host_id)
+            if p is None:
+                return None
+            j = int(np.searchsorted(self._rows, p))
+            return j if j < len(self._rows) and self._rows[j] == p else None
         return self.index.get(host_id)
 
+    def _id_array(self) -> npt.NDArray[np.object_]:
+        known = self._memo.ids
+        if known is None or known[0] is not self.ids:
+            known = self._memo.ids = (self.ids, np.array(self.ids, dtype=object))
+        return known[1]
+
     def take(self, positions: IndexArray | BoolArray) -> HostTable:
-        """The sub-table of the hosts at `positions` (an index array or a boolean mask)."""
-        pos: IndexArray = np.flatnonzero(positions) if positions.dtype == np.bool_ else positions.astype(np.intp)
-        as_list = pos.tolist()
-        cols: dict[str, Any] = {name: getattr(self, name)[pos] for name in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS)}
-        # Object columns are picked lazily: most units never read most of them.
-        cols.update({name: Rows.pick(getattr(self, name), as_list) for name in OBJECT_COLUMNS})
-        return HostTable(
-            ids=tuple(map(self.ids.__getitem__, as_list)),
+        """The sub-table of the hosts at `positions` (an index array or a boolean mask).
+
+        Its array columns are taken from this table when first read (most units read a few of
+        the 31) and its object columns read through to the cluster's."""
+        mask = positions.dtype == np.bool_
+        pos: IndexArray = np.flatnonzero(positions) if mask else positions.astype(np.intp)
+        ascending = mask or bool(np.all(pos[1:] > pos[:-1]))
+        cluster = self.cluster
+        rows: IndexArray | None = None
+        if ascending and (self._root or self._rows is not None):
+            rows = pos if self._rows is None else self._rows.take(pos)
+        if rows is not None:
+            # The cluster's rows: read from the cluster, never through a chain of views.
+            at_rows = Positions(rows)
+            objects: dict[str, Sequence[Any]] = {name: Rows(getattr(cluster, name), at_rows) for name in OBJECT_COLUMNS}
+            ids = TakenIds(cluster._id_array(), rows, ascending and ids_ascend(cluster.ids))
+            lazy: tuple[HostTable, IndexArray] = (cluster, rows)
+        else:
+            at_pos = Positions(pos)
+            objects = {name: Rows.pick(getattr(self, name), at_pos) for name in OBJECT_COLUMNS}
+            ids = TakenIds(self._id_array(), pos, ascending and ids_ascend(self.ids))
+            lazy = (self, pos)
+        table = object.__new__(HostTable)
+        table.__dict__.update(
+            ids=ids,
             settings=self.settings,
             as_of=self.as_of,
-            _cluster=self.cluster,
-            **cols,
+            _cluster=cluster,
+            _index=None,
+            _rows=rows,
+            _pending_rows=None,
+            _memo=_Memo(),
+            _lazy=lazy,
+            **objects,
         )
+        return table
+
+    if not TYPE_CHECKING:  # for the type checker a HostTable has its fields and nothing else
+
+        def __getattr__(self, name: str) -> Any:
+            """An array column of a sub-table, taken from its parent when first read."""
+            lazy = self.__dict__.get("_lazy")
+            if lazy is None or name not in _ARRAY_COLUMNS:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            parent, rows = lazy
+            value = getattr(parent, name).take(rows)  # faster than indexing with positions or a mask
+            self.__dict__[name] = value
+            return value
 
     def subset(self, host_ids: Iterable[str]) -> HostTable:
+        if isinstance(host_ids, TakenIds) and host_ids._array is self._id_array():
+            # A sub-table's ids of this very table (the candidates when some host is down): its
+            # rows are known, no id is looked up.
+            return self.take(host_ids._rows)
         return self.take(self.index_of(host_ids))
 
     def view(self, host_ids: Sequence[str], pending: Iterable[PendingEntry], *, now: float | None = None) -> HostTable:
@@ -452,7 +936,7 @@ class HostTable:
         cluster first, so `locate` also finds a VM pending on a host outside the view (affinity
         groups need where every member is)."""
         whole = self.with_pending(pending, now=now)
-        if len(host_ids) == len(self) and tuple(host_ids) == self.ids:
+        if host_ids is self.ids or (len(host_ids) == len(self) and tuple(host_ids) == self.ids):
             return whole
         return whole.subset(host_ids)
 
@@ -461,26 +945,77 @@ class HostTable:
     def effective_cpus(self) -> FloatArray:
         """Host CPUs as the cluster counts them: threads when it counts threads as cores."""
         if self.settings.count_threads_as_cores:
-            return np.where(self.cpu_threads > 0, self.cpu_threads, self.cpu_cores)
+            return self.derived(
+                "effective_cpus",
+                ("cpu_threads", "cpu_cores"),
+                lambda t: np.where(t.cpu_threads > 0, t.cpu_threads, t.cpu_cores),
+            )
         return self.cpu_cores
 
     def has_network(self, network: str) -> BoolArray:
-        return np.fromiter((network in n for n in self.networks), dtype=np.bool_, count=len(self))
+        return self.offering("networks", network)
+
+    def offering(self, name: str, value: str) -> BoolArray:
+        """True at the hosts whose set in shared column `name` (networks, cpu_models, ...) holds
+        `value`: one test per distinct set, not per host."""
+        f = self.factors(name)
+        found = np.fromiter((value in v for v in f.values), dtype=np.bool_, count=len(f.values))
+        out: BoolArray = found[f.codes]
+        return out
 
     @property
     def cluster(self) -> HostTable:
         """The table of the whole cluster (pending folded in), of which this one is a part."""
         return self._cluster if self._cluster is not None else self
 
-    def locate(self, vm_ids: Iterable[str]) -> dict[str, str]:
-        """Where in the whole cluster these VMs run or are pending: {vm id: host id}."""
-        wanted = frozenset(vm_ids)
-        root = self.cluster
-        found: dict[str, str] = {}
-        for host, running, pending in zip(root.ids, root.vm_ids, root.pending_vm_ids, strict=True):
-            for vm in wanted & (running | pending):
-                found[vm] = host
+    def _where(self, vm_ids: frozenset[str]) -> dict[str, set[int]]:
+        """The rows where each of `vm_ids` runs or is pending (VMs found nowhere are left out)."""
+        index = self._memo.vm_index
+        if index is None or index.source is not self.vm_ids:
+            index = self._memo.vm_index = _VmIndex.of(self.vm_ids)
+        pending, pending_rows = self.pending_vm_ids, self.pending_rows()
+        found: dict[str, set[int]] = {}
+        for vm in vm_ids:
+            rows = index.rows(vm)
+            rows.update(r for r in pending_rows if vm in pending[r])
+            if rows:
+                found[vm] = rows
         return found
+
+    def holding(self, vm_ids: Iterable[str]) -> BoolArray:
+        """True at the hosts where one of `vm_ids` runs or is pending."""
+        out: BoolArray = self.members_on(vm_ids) > 0
+        return out
+
+    def members_on(self, vm_ids: Iterable[str]) -> FloatArray:
+        """How many of `vm_ids` run or are pending on each host (a VM counts once per host)."""
+        members = frozenset(vm_ids)
+        root = self.cluster
+        if root is not self and self._rows is None:  # a sub-table that does not know its rows
+            running, pending = self.vm_ids, self.pending_vm_ids
+            return np.fromiter(
+                (len(members & (running[i] | pending[i])) for i in range(len(self))), dtype=np.float64, count=len(self)
+            )
+        counts = np.zeros(len(root), dtype=np.float64)
+        for rows in root._where(members).values():
+            counts[list(rows)] += 1.0
+        return counts if self._rows is None else counts.take(self._rows)
+
+    def mask_of(self, host_ids: Iterable[str]) -> BoolArray:
+        """True at the hosts of `host_ids` (ids this table does not have are ignored)."""
+        mask = np.zeros(len(self), dtype=np.bool_)
+        for h in host_ids:
+            i = self.position(h)
+            if i is not None:
+                mask[i] = True
+        return mask
+
+    def locate(self, vm_ids: Iterable[str]) -> dict[str, str]:
+        """Where in the whole cluster these VMs run or are pending: {vm id: host id} (a VM on two
+        hosts, mid-move, is named at the later in table order)."""
+        root = self.cluster
+        found = root._where(frozenset(vm_ids))
+        return {vm: root.ids[max(rows)] for vm, rows in sorted(found.items(), key=lambda e: (min(e[1]), e[0]))}
 
     def vms_on(self, i: int) -> frozenset[str]:
         """VMs on host i: running there, or placed there and pending."""
@@ -499,13 +1034,21 @@ __all__ = [
     "PENDING_COLUMNS",
     "BoolArray",
     "CpuSamples",
+    "Factors",
     "FloatArray",
     "HostTable",
     "IndexArray",
+    "Patched",
+    "SortedIds",
+    "TakenIds",
+    "constant",
+    "ids_ascend",
+    "is_constant",
 ]
 
 # Keep the declarations honest: every dataclass column is in exactly one group.
-_declared = {f for f in HostTable.__dataclass_fields__ if f not in ("ids", "settings", "as_of", "_index", "_cluster")}
+_PRIVATE = ("ids", "settings", "as_of", "_index", "_cluster", "_rows", "_pending_rows", "_memo")
+_declared = {f for f in HostTable.__dataclass_fields__ if f not in _PRIVATE}
 assert _declared == {*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS, *OBJECT_COLUMNS}, _declared ^ {
     *NUMERIC_COLUMNS,
     *BOOLEAN_COLUMNS,

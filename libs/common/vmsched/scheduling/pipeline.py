@@ -9,9 +9,9 @@ with steps over the bus and the in-process paths with placement.LocalSteps. Same
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -19,9 +19,10 @@ from pydantic import TypeAdapter
 from vmsched.contracts import FilteredHost, ScoreTable, UnitCall, VmSpec
 from vmsched.contracts.base import MAX_TEXT
 from vmsched.errors import SchedulingError
-from vmsched.scheduling.hosts import FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
 from vmsched.scheduling.units import get_unit, validate_properties
+from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit
 
 _FILTERED: TypeAdapter[list[FilteredHost]] = TypeAdapter(list[FilteredHost])
 
@@ -51,6 +52,64 @@ class Removal(NamedTuple):
     reason: str
 
 
+class Removals(Sequence[Removal]):
+    """The hosts a filter chain removed, filter by filter, as Removal rows made when first read.
+
+    Most decisions only count them for the summary, which reads at most two reasons of a filter
+    that removed many hosts (`tally`); making a row and a reason for each of thousands of removed
+    hosts cost more than filtering them."""
+
+    __slots__ = ("_groups", "_rows")
+
+    def __init__(self) -> None:
+        #: (filter, host ids of its table, the positions it removed, their reasons)
+        self._groups: list[tuple[str, Sequence[str], list[int], Sequence[str]]] = []
+        self._rows: list[Removal] | None = None
+
+    def add(self, unit: str, ids: Sequence[str], gone: list[int], reasons: Sequence[str]) -> None:
+        self._groups.append((unit, ids, gone, reasons))
+        self._rows = None
+
+    def _made(self) -> list[Removal]:
+        if self._rows is None:
+            self._rows = [
+                Removal(ids[i], unit, _fit(reason))
+                for unit, ids, gone, reasons in self._groups
+                for i, reason in zip(gone, reasons, strict=True)
+            ]
+        return self._rows
+
+    @overload
+    def __getitem__(self, i: int) -> Removal: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Removal]: ...
+    def __getitem__(self, i: int | slice) -> Removal | Sequence[Removal]:
+        return self._made()[i]
+
+    def __len__(self) -> int:
+        return sum(len(gone) for _, _, gone, _ in self._groups)
+
+    def __iter__(self) -> Iterator[Removal]:
+        return iter(self._made())
+
+    def tally(self) -> list[tuple[str, int, str | None]]:
+        """Per filter, in order of first removal: how many hosts it removed, and their reason when
+        they all share one (None when they do not)."""
+        counts: dict[str, int] = {}
+        single: dict[str, str | None] = {}
+        for unit, _, gone, reasons in self._groups:
+            if not gone:
+                continue
+            counts[unit] = counts.get(unit, 0) + len(gone)
+            first = single[unit] if unit in single else _fit(reasons[0])
+            for reason in reasons:  # made one by one, up to the first that differs
+                if first is None or _fit(reason) != first:
+                    first = None
+                    break
+            single[unit] = first
+        return [(unit, n, single[unit]) for unit, n in counts.items()]
+
+
 def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHost]:
     """The removed hosts as the explanation and FilterReply carry them."""
     if all(isinstance(r, FilteredHost) for r in removed):
@@ -62,7 +121,7 @@ def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHo
 @dataclass(frozen=True)
 class FilterOutcome:
     survivors: HostTable
-    removals: list[Removal]
+    removals: Sequence[Removal]
 
     @property
     def removed(self) -> list[FilteredHost]:
@@ -76,27 +135,72 @@ def _fit(reason: str) -> str:
     return reason if len(reason) <= MAX_TEXT else reason[: MAX_TEXT - 3] + "..."
 
 
+class _Picked(Sequence[str]):
+    """The items of `base` at `picks`, read when read (a filter's reasons for the hosts it removed
+    that were still in play)."""
+
+    __slots__ = ("_base", "_picks")
+
+    def __init__(self, base: Sequence[str], picks: list[int]) -> None:
+        self._base, self._picks = base, picks
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice):
+            return [self._base[j] for j in self._picks[i]]
+        return self._base[self._picks[i]]
+
+    def __len__(self) -> int:
+        return len(self._picks)
+
+
 def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
-    """Run the chain: each filter sees only the survivors of the previous one; stop when none is left."""
-    rows: list[Removal] = []
+    """Run the chain: each filter sees only the survivors of the previous one; stop when none is left.
+
+    A filter that judges each host by its own row (`PolicyUnit.filter_by_row`) runs over the table
+    as it was when the run of such filters began, and what it says of hosts already removed is
+    dropped: the same survivors and removals, with one copy of the table per run instead of one
+    per filter that removes a host."""
+    rows = Removals()
+    #: Hosts of `hosts` still in play, when filters by row have removed some since it was taken.
+    alive: BoolArray | None = None
     for call in calls:
-        if len(hosts) == 0:
+        if len(hosts) == 0 or (alive is not None and not alive.any()):
             break
         unit = get_unit(call.unit)
-        if unit.filter is None:
-            raise SchedulingError(f"policy unit {unit.name} is not a filter", location="filters")
-        props = validate_properties(unit, call.properties)
-        verdict = unit.filter(hosts, vm, props)
-        gone = np.flatnonzero(~verdict.keep)
-        if len(gone) != len(verdict.reasons):
-            raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
-        ids = hosts.ids
-        rows.extend(
-            Removal(ids[i], unit.name, _fit(reason)) for i, reason in zip(gone.tolist(), verdict.reasons, strict=True)
-        )
-        if len(gone):
+        if alive is not None and not unit.filter_by_row:
+            hosts, alive = hosts.take(alive), None
+        verdict, gone = _filter(unit, hosts, vm, call)
+        reasons: Sequence[str] = verdict.reasons
+        if alive is not None:
+            fresh = alive[gone]
+            if not fresh.all():  # removed already by an earlier filter: not this one's
+                picks = np.flatnonzero(fresh)
+                gone, reasons = gone[picks], _Picked(reasons, picks.tolist())
+        if not len(gone):
+            continue
+        rows.add(unit.name, hosts.ids, gone.tolist(), reasons)
+        if not unit.filter_by_row:
             hosts = hosts.take(verdict.keep)
+        else:
+            alive = verdict.keep.copy() if alive is None else alive & verdict.keep
+    if alive is not None:
+        hosts = hosts.take(alive)
     return FilterOutcome(hosts, rows)
+
+
+def _filter(unit: PolicyUnit, hosts: HostTable, vm: VmSpec, call: UnitCall) -> tuple[FilterVerdict, IndexArray]:
+    """The unit's verdict on `hosts`, and the positions it removes."""
+    if unit.filter is None:
+        raise SchedulingError(f"policy unit {unit.name} is not a filter", location="filters")
+    verdict = unit.filter(hosts, vm, validate_properties(unit, call.properties))
+    gone = verdict.removed if verdict.removed is not None else np.flatnonzero(~verdict.keep)
+    if len(gone) != len(verdict.reasons):
+        raise AssertionError(f"filter {unit.name} gave {len(verdict.reasons)} reasons for {len(gone)} hosts")
+    return verdict, gone
 
 
 def run_weights(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> list[FloatArray]:
@@ -139,7 +243,7 @@ def select(
                 minimum=unit.minimum,
             )
         )
-    return fn(host_ids, units).to_score_table(top)
+    return fn(host_ids, units, top=top).to_score_table(top)
 
 
 def rank(
@@ -148,10 +252,9 @@ def rank(
     """Weigh `hosts` for `vm` with every unit and rank them best first (`top`: only the best few,
     without the per-unit table). With no weight units the hosts keep their order, which is the
     cluster's stable host order, as oVirt keeps the filter order when nothing weighs."""
-    ids = list(hosts.ids)
     if not calls:
-        return unweighed(ids, selector, top=top)
-    return select(ids, calls, run_weights(hosts, vm, calls), selector, top=top)
+        return unweighed(hosts.ids, selector, top=top)
+    return select(hosts.ids, calls, run_weights(hosts, vm, calls), selector, top=top)
 
 
 def screen(
@@ -186,16 +289,21 @@ def summarize(candidates: int, available: int, removed: Sequence[Removal | Filte
     head = f"{available}/{candidates} hosts available"
     if not removed:
         return head
-    counts = Counter(f.filter for f in removed)
-    reasons: dict[str, set[str]] = {}
-    for f in removed:
-        reasons.setdefault(f.filter, set()).add(f.reason)
+    if isinstance(removed, Removals):
+        tallied = removed.tally()
+    else:
+        counts = Counter(f.filter for f in removed)
+        reasons: dict[str, set[str]] = {}
+        for f in removed:
+            reasons.setdefault(f.filter, set()).add(f.reason)
+        tallied = [
+            (name, n, next(iter(reasons[name])) if len(reasons[name]) == 1 else None) for name, n in counts.items()
+        ]
     parts = []
-    for name, n in counts.most_common():
-        distinct = reasons[name]
-        if len(distinct) == 1:
-            why = next(iter(distinct))
-        else:
+    # Most removed first; ties in the order the filters first removed a host (Counter.most_common).
+    for name, n, reason in sorted(tallied, key=lambda t: t[1], reverse=True):
+        why = reason
+        if why is None:
             try:
                 why = get_unit(name).summary or name
             except SchedulingError:

@@ -33,7 +33,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import VmschedError
 from vmsched.scheduling.cost import vm_cost
-from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.hosts import HostTable, TakenIds
 from vmsched.scheduling.pipeline import Removal, candidate_hosts, filtered_hosts, rank, screen, summarize
 from vmsched.scheduling.policy import Policy
 
@@ -43,16 +43,16 @@ class Screening:
     """What filtering one VM found; `scores` when the step also ranked the survivors (then the
     weigh step is not called)."""
 
-    survivors: list[str]
+    survivors: Sequence[str]
     #: Every removed host with its filter and reason.
     removed: Sequence[Removal | FilteredHost]
     scores: ScoreTable | None = None
 
 
 #: Filter `vm` over the candidate host ids, with these pending records counted.
-FilterFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[Screening]]
+FilterFn = Callable[[VmSpec, Sequence[str], list[PendingEntry]], Awaitable[Screening]]
 #: Weigh `vm` over the surviving host ids (2 or more), with these pending records counted; best first.
-WeighFn = Callable[[VmSpec, list[str], list[PendingEntry]], Awaitable[ScoreTable]]
+WeighFn = Callable[[VmSpec, Sequence[str], list[PendingEntry]], Awaitable[ScoreTable]]
 #: The pending record of `vm` placed on the host id (the caller adds request id, fencing token, expiry).
 PendingFor = Callable[[VmSpec, str], PendingEntry]
 
@@ -97,7 +97,8 @@ async def place(
     pending in the cluster besides this request's own VMs. With `may_wait`, a VM that fits nowhere
     while memory is pending on a candidate gives WaitForPending.
     """
-    cands = list(candidates)
+    # A table's ids as they are (immutable; a copy of 10,000 would be made for every decision).
+    cands = candidates if isinstance(candidates, (tuple, TakenIds)) else list(candidates)
     chain = list(filters)
     placed: list[tuple[Placement, PendingEntry]] = []
     first: Explanation | None = None
@@ -130,7 +131,7 @@ async def place(
         placement = Placement(
             vm_id=vm.vm_id,
             host_id=ordered[0],
-            alternates=ordered[1 : 1 + request.max_alternates],
+            alternates=list(ordered[1 : 1 + request.max_alternates]),
             summary=summary,
         )
         placed.append((placement, pending_for(vm, ordered[0])))
@@ -209,13 +210,13 @@ class LocalSteps:
             top=top,
         )
 
-    async def filter(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> Screening:
+    async def filter(self, vm: VmSpec, ids: Sequence[str], seen: list[PendingEntry]) -> Screening:
         view = self.hosts.view(ids, seen, now=self.now)
         weights = self.weights if self.weigh_in_filter else None
         out, scores = screen(view, vm, self.filters, weights, self.selector, top=self.top)
-        return Screening(list(out.survivors.ids), out.removals, scores)
+        return Screening(out.survivors.ids, out.removals, scores)
 
-    async def weigh(self, vm: VmSpec, ids: list[str], seen: list[PendingEntry]) -> ScoreTable:
+    async def weigh(self, vm: VmSpec, ids: Sequence[str], seen: list[PendingEntry]) -> ScoreTable:
         return rank(self.hosts.view(ids, seen, now=self.now), vm, self.weights, self.selector, top=self.top)
 
 

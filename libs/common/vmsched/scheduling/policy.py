@@ -69,12 +69,25 @@ class Policy(BaseModel):
         return [f.unit for f in self.ordered_filters()]
 
     def filter_calls(self) -> list[UnitCall]:
-        props = dict(self.properties)
-        return [UnitCall(unit=f.unit, properties=props) for f in self.ordered_filters()]
+        return list(self._calls()[0])
 
     def weight_calls(self) -> list[UnitCall]:
+        return list(self._calls()[1])
+
+    def _calls(self) -> tuple[tuple[UnitCall, ...], tuple[UnitCall, ...]]:
+        """The filter and weight calls, built once per policy object: a simulation or a worker asks
+        for them on every decision, and building them validates 20-odd messages."""
+        items = tuple(self.properties.items())
+        known = _CALLS.get(id(self))
+        if known is not None and known[0] is self and known[1] == items:
+            return known[2], known[3]
         props = dict(self.properties)
-        return [UnitCall(unit=w.unit, factor=w.factor, properties=props) for w in self.weights]
+        filters = tuple(UnitCall(unit=f.unit, properties=props) for f in self.ordered_filters())
+        weights = tuple(UnitCall(unit=w.unit, factor=w.factor, properties=props) for w in self.weights)
+        if len(_CALLS) >= _MAX_CALLS:
+            _CALLS.clear()
+        _CALLS[id(self)] = (self, items, filters, weights)
+        return filters, weights
 
     def validate_against(self, registry: Mapping[str, PolicyUnit]) -> None:
         """Every unit exists and can do what the policy asks of it; every property matches its regex."""
@@ -93,6 +106,11 @@ class Policy(BaseModel):
                 raise SchedulingError(f"policy {self.name}: unit {w.unit} is not a weight unit")
             validate_properties(unit, self.properties)
 
+
+#: id(policy) -> (the policy, its properties, its filter calls, its weight calls); the entry holds the
+#: policy, so its id is not reused while the entry lives.
+_CALLS: dict[int, tuple[Policy, tuple[tuple[str, str], ...], tuple[UnitCall, ...], tuple[UnitCall, ...]]] = {}
+_MAX_CALLS = 256
 
 # ---------------------------------------------------------------------------- built-in policies
 # Ids are oVirt's, so an operator moving from oVirt recognizes them.

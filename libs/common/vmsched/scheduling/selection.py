@@ -19,20 +19,24 @@ Conventions shared by all selectors:
 * Final ties are broken by host id, ascending (plain string order), so the result does not depend on
   the order hosts arrive in. Totals are compared rounded to 9 decimals so that fractional factors
   cannot split a tie through floating-point noise.
+* With `top`, only the best `top` hosts are ordered (a placement needs the best and its alternates,
+  not the order of 10,000 hosts); they are the same hosts, in the same order, as the first `top` of
+  the whole ordering.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from types import MappingProxyType
-from typing import Final
+from typing import Final, Protocol
 
 import numpy as np
 
 from vmsched.contracts import ScoreTable, UnitScores
-from vmsched.scheduling.hosts import FloatArray
+from vmsched.scheduling.hosts import FloatArray, IndexArray, TakenIds, constant, ids_ascend, is_constant
 from vmsched.scheduling.units.base import Direction
 
 #: Decimals totals are rounded to before they are compared (ties, ordering).
@@ -78,8 +82,8 @@ class Selection:
     """
 
     selector: str
-    host_ids: tuple[str, ...]
-    #: Positions into host_ids, best host first.
+    host_ids: Sequence[str]
+    #: Positions into host_ids, best host first (only the best `top` when the selector was given one).
     order: list[int]
     totals: FloatArray
     #: Per unit: unit name, factor and raw weights as used (not reported -> 0).
@@ -125,7 +129,14 @@ class Selection:
         )
 
 
-SelectorFn = Callable[[Sequence[str], Sequence[WeighedUnit]], Selection]
+class SelectorFn(Protocol):
+    """Order `host_ids` by the units' weights: all of them, or only the best `top`."""
+
+    def __call__(
+        self, host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+    ) -> Selection: ...
+
+
 #: Maps one unit's raw weights (NaN already replaced) to its points.
 PointsFn = Callable[[WeighedUnit, FloatArray], FloatArray]
 
@@ -135,22 +146,54 @@ def _effective_raw(n: int, unit: WeighedUnit) -> FloatArray:
     raw = np.asarray(unit.raw, dtype=np.float64)
     if raw.shape != (n,):
         raise ValueError(f"unit {unit.unit}: {raw.shape[0] if raw.ndim else 0} weights for {n} hosts")
+    if is_constant(raw):  # one weight for every host, stored once
+        return constant(n, 0.0) if np.isnan(raw[0]) else raw
+    if n and not np.isnan(raw.min()):  # the minimum is NaN when any weight is
+        return raw
     return np.where(np.isnan(raw), 0.0, raw)
 
 
-def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool) -> list[int]:
+def _ids_ascending(host_ids: Sequence[str]) -> bool:
+    # A table's ids say when they are known to ascend: comparing 10,000 strings per decision cost
+    # more than the sort it saves.
+    return ids_ascend(host_ids) or all(a < b for a, b in pairwise(host_ids))
+
+
+def _best_rows(primary: FloatArray, top: int) -> IndexArray | None:
+    """Positions (ascending) of the hosts whose key is at most the `top`-th smallest key: the best
+    `top` hosts are among them whatever breaks ties. None when that takes a full sort (NaN keys)."""
+    bound = primary.min()
+    for _ in range(top):  # each round admits at least one more host
+        if np.isnan(bound):
+            return None
+        rows: IndexArray = np.flatnonzero(primary <= bound)
+        if len(rows) >= top:
+            return rows
+        bound = primary[primary > bound].min()
+    return None
+
+
+def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool, top: int | None = None) -> list[int]:
     if not host_ids:
         return []
     key = np.round(totals, TOTAL_DECIMALS)
     primary = -key if higher_wins else key
-    if all(a < b for a, b in pairwise(host_ids)):
+    rows = _best_rows(primary, top) if top is not None and top < len(host_ids) else None
+    if rows is not None:
+        primary = primary[rows]
+    if _ids_ascending(host_ids):
         # Already in id order (a cluster's hosts are kept sorted by id): a stable sort on the totals
         # breaks ties by id, without building and comparing an array of strings.
-        order: list[int] = np.argsort(primary, kind="stable").tolist()
-        return order
-    # lexsort sorts by the last key first: totals, then host id for ties.
-    ids = np.asarray(host_ids, dtype=np.str_)
-    order = np.lexsort((ids, primary)).tolist()
+        ranked: IndexArray = np.argsort(primary, kind="stable")
+    else:
+        # lexsort sorts by the last key first: totals, then host id for ties.
+        picked = host_ids if rows is None else [host_ids[i] for i in rows.tolist()]
+        ranked = np.lexsort((np.asarray(picked, dtype=np.str_), primary))
+    if top is not None:
+        ranked = ranked[:top]
+    if rows is not None:
+        ranked = rows[ranked]
+    order: list[int] = ranked.tolist()
     return order
 
 
@@ -160,18 +203,21 @@ def _select(
     units: Sequence[WeighedUnit],
     points_fn: PointsFn,
     higher_wins: bool,
+    top: int | None = None,
 ) -> Selection:
-    ids = tuple(host_ids)
+    # A table's ids as they are: a copy would lose what they know (ascending) and cost a pass.
+    ids = host_ids if isinstance(host_ids, (tuple, TakenIds)) else tuple(host_ids)
     n = len(ids)
     raws = [_effective_raw(n, u) for u in units]
     points = [points_fn(u, r) for u, r in zip(units, raws, strict=True)]
     totals = np.zeros(n, dtype=np.float64)
     for u, p in zip(units, points, strict=True):
-        totals += u.factor * p
+        # A unit that weighs every host the same adds one number (the same sums, in the same order).
+        totals += u.factor * p[0] if is_constant(p) else u.factor * p
     return Selection(
         selector=name,
         host_ids=ids,
-        order=_order(ids, totals, higher_wins),
+        order=_order(ids, totals, higher_wins, top),
         totals=totals,
         units=tuple(u.unit for u in units),
         factors=tuple(float(u.factor) for u in units),
@@ -182,6 +228,10 @@ def _select(
 
 
 # ------------------------------------------------------------------------------ rank
+#: Largest spread of whole-number raw weights ranked by counting (a bin per value) instead of sorting.
+_COUNTING_SPAN: Final = 1 << 16
+
+
 def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTER) -> FloatArray:
     """Competition rank points: (n - 1) - (number of hosts strictly better).
 
@@ -189,6 +239,22 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
     oVirt's RankSelectorPolicyUnit ("rank = the number of hosts with the same or worse weight").
     """
     n = raw.shape[0]
+    if n == 0:
+        return np.zeros(0)
+    lo, hi = float(raw.min()), float(raw.max())  # NaN when any is NaN: then sort
+    if lo == hi:  # one weight everywhere (a unit with nothing to say about this VM): nobody is better
+        return constant(n, n - 1.0)
+    codes = _codes(raw, lo, hi)
+    if codes is not None:
+        # Whole numbers over a small range (loads in %, oVirt's 1..1000 scales), maybe with a few
+        # far outliers (a unit's worst weight): counted per value, O(n), where sorting 10,000
+        # weights per unit per decision was most of the selection.
+        counts = np.bincount(codes)
+        below = np.cumsum(counts) - counts  # hosts with a strictly smaller weight, per value
+        per_value = below if direction is Direction.LOWER_IS_BETTER else n - (below + counts)
+        # Points per value first (a few hundred), then one lookup per host.
+        counted: FloatArray = ((n - 1) - per_value).astype(np.float64).take(codes)
+        return counted
     ordered = np.sort(raw)
     if direction is Direction.LOWER_IS_BETTER:
         better = np.searchsorted(ordered, raw, side="left")
@@ -198,14 +264,43 @@ def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTE
     return points
 
 
-def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def _codes(raw: FloatArray, lo: float, hi: float) -> IndexArray | None:
+    """Non-negative integer codes that order and tie as `raw` does, for counting: the whole-number
+    weights within _COUNTING_SPAN of the least, then a few others above them, in their order. None
+    when the weights are not so (not whole, too spread, not finite): sort them instead."""
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return None
+    if hi - lo <= _COUNTING_SPAN:
+        if not bool(np.all(np.floor(raw) == raw)):
+            return None
+        codes: IndexArray = (raw - lo).astype(np.intp)
+        return codes
+    near = raw <= lo + _COUNTING_SPAN
+    far = ~near
+    close, away = raw[near], raw[far]
+    if not bool(np.all(np.floor(close) == close)):
+        return None
+    codes = np.empty(len(raw), dtype=np.intp)
+    codes[near] = (close - lo).astype(np.intp)
+    first = int(close.max() - lo) + 1
+    if float(away.min()) == float(away.max()):  # one far value (a unit's worst weight): one more code
+        codes[far] = first
+    elif len(away) <= len(raw) // 8:
+        _, order = np.unique(away, return_inverse=True)
+        codes[far] = first + order.reshape(-1)
+    else:
+        return None
+    return codes
+
+
+def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
     """oVirt's RankSelector: score = sum of factor x rank points; the highest score wins.
 
     oVirt's weight-normalization design counts rank the other way round (number of hosts better,
     lower wins);
     its value is sum(factor) x (n - 1) - score for every host, so both give the same order.
     """
-    return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True)
+    return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True, top)
 
 
 # ------------------------------------------------------------------------------ maximum-based
@@ -233,14 +328,18 @@ def _static_points(unit: WeighedUnit, raw: FloatArray) -> FloatArray:
     return percent_of(raw, unit.maximum, unit.direction)
 
 
-def dynamic_maximum_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def dynamic_maximum_select(
+    host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+) -> Selection:
     """Sum of factor x (percent of the largest |weight| of the unit in this attempt); lowest wins."""
-    return _select("DynamicMaximumSelector", host_ids, units, _dynamic_points, False)
+    return _select("DynamicMaximumSelector", host_ids, units, _dynamic_points, False, top)
 
 
-def static_maximum_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def static_maximum_select(
+    host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None
+) -> Selection:
     """Sum of factor x (percent of the unit's fixed `maximum`); lowest wins."""
-    return _select("StaticMaximumSelector", host_ids, units, _static_points, False)
+    return _select("StaticMaximumSelector", host_ids, units, _static_points, False, top)
 
 
 # ------------------------------------------------------------------------------ min-max (Nova)
@@ -256,14 +355,14 @@ def min_max_points(raw: FloatArray, direction: Direction, minimum: float | None 
     if minimum is not None:
         lo = min(lo, minimum)
     if hi == lo:
-        return np.zeros_like(raw)
+        return constant(len(raw), 0.0)
     span = hi - lo
     return (raw - lo) / span if direction is Direction.HIGHER_IS_BETTER else (hi - raw) / span
 
 
-def min_max_select(host_ids: Sequence[str], units: Sequence[WeighedUnit]) -> Selection:
+def min_max_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
     """Nova's weighing: sum of factor x min-max normalized weight; the highest wins."""
-    return _select("MinMaxSelector", host_ids, units, lambda u, r: min_max_points(r, u.direction, u.minimum), True)
+    return _select("MinMaxSelector", host_ids, units, lambda u, r: min_max_points(r, u.direction, u.minimum), True, top)
 
 
 SELECTORS: Final[Mapping[str, SelectorFn]] = MappingProxyType(

@@ -58,7 +58,7 @@ from vmsched.scheduling.placement import LocalSteps, Outcome, Placed, Unplaceabl
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import validate_properties
 from vmsched.scheduling.units.balance import POWER_OFF, POWER_ON
-from vmsched.scheduling.units.base import PowerChange
+from vmsched.scheduling.units.base import PowerChange, VmsByHost
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
 from vmsched.store.state_records import aggregate_host
 
@@ -627,9 +627,10 @@ class Simulation:
         """The pending records: VMs starting (on their hosts), migrations in flight (on their targets)."""
         return [s.pending for s in self._starting.values()] + [f.pending for f in self._in_flight.values()]
 
-    def vm_reports(self) -> list[VmReport]:
-        """Every running VM, host by host in the workload's order."""
-        return [v for h in self._base for v in self._vms[h].values()]
+    def vm_reports(self) -> Sequence[VmReport]:
+        """Every running VM, host by host in the workload's order: a view (read it before the next
+        event) that a balance unit reads a source host's VMs of without walking all."""
+        return VmsByHost(self._vms)
 
     def resting(self) -> set[str]:
         for vm_id in [v for v, until in self._rest_until.items() if until <= self.clock]:

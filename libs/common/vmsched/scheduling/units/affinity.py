@@ -8,8 +8,9 @@ A VM counts as on a host when it runs there (`HostTable.vm_ids`) or is placed th
 placed), exactly as oVirt adds PendingVM records to its map of running VMs. The VM being placed never
 counts as a member of its own groups (oVirt: "Skip current VM"), nor as one of its own hint VMs.
 
-Every check is a set operation per host (`isdisjoint` / `&` on frozensets), one pass over the hosts
-per group; a VM with no groups or hints costs one `if`.
+Where members are comes from the cluster's index of where each VM runs (`HostTable.holding`,
+`members_on`), not from a pass over every host per group; a VM with no groups or hints costs one
+`if`.
 
 oVirt's affinity units as vmsched implements them
 -------------------------------------------------
@@ -76,11 +77,13 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from vmsched.contracts import AffinityGroup, VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, constant
 from vmsched.scheduling.units.base import Direction, FilterVerdict, PolicyUnit, Props
 
 #: How many VM or host names a reason lists before it says "and N more".
@@ -104,12 +107,7 @@ def _others(vm_ids: Iterable[str], vm: VmSpec) -> frozenset[str]:
 
 def presence(hosts: HostTable, members: frozenset[str]) -> BoolArray:
     """True at hosts where one of `members` runs or is pending."""
-    running, pending = hosts.vm_ids, hosts.pending_vm_ids
-    return np.fromiter(
-        (not (members.isdisjoint(running[i]) and members.isdisjoint(pending[i])) for i in range(len(hosts))),
-        dtype=np.bool_,
-        count=len(hosts),
-    )
+    return hosts.holding(members)
 
 
 def _on_host(hosts: HostTable, i: int, members: frozenset[str], noun: str = "member") -> str:
@@ -125,7 +123,7 @@ def _on_host(hosts: HostTable, i: int, members: frozenset[str], noun: str = "mem
 
 
 def _host_names(hosts: HostTable, mask: BoolArray) -> str:
-    return _names(hosts.ids[i] for i in np.flatnonzero(mask))
+    return _names(hosts.ids[i] for i in np.flatnonzero(mask).tolist())
 
 
 @dataclass(frozen=True)
@@ -153,7 +151,7 @@ def _host_groups(vm: VmSpec, *, enforcing: bool) -> list[AffinityGroup]:
 
 
 def _in_group_hosts(hosts: HostTable, group_hosts: frozenset[str]) -> BoolArray:
-    return np.fromiter((h in group_hosts for h in hosts.ids), dtype=np.bool_, count=len(hosts))
+    return hosts.mask_of(group_hosts)
 
 
 # ------------------------------------------------------------------------------- hard VM to VM
@@ -269,6 +267,62 @@ def rank_by_broken_priorities(
     return np.fromiter((DEFAULT_SCORE + bisect.bisect_left(ordered, k) for k in keys), dtype=np.float64, count=n)
 
 
+#: Most groups `_rank_broken` tells apart by the bits of one integer per host.
+_MAX_GROUPS_PACKED = 40
+
+
+def _dense(values: npt.NDArray[np.integer[Any]]) -> tuple[IndexArray, IndexArray, IndexArray]:
+    """np.unique(values, return_inverse=True, return_counts=True), by counting when the values are
+    small non-negative integers (hosts' signatures: a few bits), instead of sorting 10,000."""
+    if len(values) and int(values.min()) >= 0 and int(values.max()) <= 4 * len(values) + 1024:
+        counts = np.bincount(values)
+        distinct = np.flatnonzero(counts)
+        code = np.zeros(len(counts), dtype=np.intp)
+        code[distinct] = np.arange(len(distinct))
+        return distinct, code.take(values), counts.take(distinct)
+    found, inverse, how_many = np.unique(values, return_inverse=True, return_counts=True)
+    return found, inverse.reshape(-1), how_many
+
+
+def _rank_broken(n: int, broken: Sequence[tuple[BoolArray, float]], tie_break: FloatArray | None = None) -> FloatArray:
+    """`rank_by_broken_priorities` of n hosts, where each (mask, priority) of `broken` is a group
+    and the hosts that break it: hosts that break the same groups with the same tie-break share a
+    key, so keys are built and ordered once per distinct one, not once per host."""
+    if n == 0:
+        return np.zeros(0)
+    tb = tie_break if tie_break is not None else np.zeros(n)
+    if len(broken) > _MAX_GROUPS_PACKED:
+        lists: list[list[float]] = [[] for _ in range(n)]
+        for mask, priority in broken:
+            for i in np.flatnonzero(mask).tolist():
+                lists[i].append(priority)
+        return rank_by_broken_priorities(lists, tb.tolist())
+    if bool(np.all(tb >= 0)) and float(tb.max()) <= n and bool(np.all(np.floor(tb) == tb)):
+        tb_distinct, tb_codes, _ = _dense(tb.astype(np.intp))
+        tb_values = tb_distinct.astype(np.float64)
+    else:
+        tb_values, tb_codes = np.unique(tb, return_inverse=True)
+    bits = np.zeros(n, dtype=np.int64)
+    for g, (mask, _) in enumerate(broken):
+        bits |= mask.astype(np.int64) << g
+    distinct, inverse, counts = _dense(bits * len(tb_values) + tb_codes.reshape(-1))
+    keys: list[tuple[tuple[float, ...], float]] = []
+    for code in distinct.tolist():
+        which, t = divmod(code, len(tb_values))
+        priorities = [p for g, (_, p) in enumerate(broken) if which >> g & 1]
+        keys.append((tuple(sorted(priorities, reverse=True)), -float(tb_values[t])))
+    # 1 + how many hosts have a smaller key (hosts with equal keys share it).
+    below = np.zeros(len(keys))
+    seen, previous, shared = 0, None, 0
+    for d in sorted(range(len(keys)), key=keys.__getitem__):
+        if keys[d] != previous:
+            previous, shared = keys[d], seen
+        below[d] = shared
+        seen += int(counts[d])
+    out: FloatArray = DEFAULT_SCORE + below.take(inverse)
+    return out
+
+
 def vm_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     """oVirt VmAffinityGroups (soft): 1 + rank by the priorities of the soft VM-to-VM groups the host
     breaks, then by the number of positive-group members on it (more is better)."""
@@ -278,14 +332,13 @@ def vm_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray
         *(g.members for g in (*soft, *_vm_groups(vm, enforcing=True)) if g.positive)
     )
     if not soft and not positive_members:
-        return np.full(n, DEFAULT_SCORE)
-    broken: list[list[float]] = [[] for _ in range(n)]
+        return constant(n, DEFAULT_SCORE)
+    broken: list[tuple[BoolArray, float]] = []
     for g in soft:
         present = presence(hosts, g.members)
-        for i in np.flatnonzero(~present if g.positive else present):
-            broken[int(i)].append(g.priority)
-    count = [float(len(positive_members & hosts.vms_on(i))) for i in range(n)] if positive_members else None
-    return rank_by_broken_priorities(broken, count)
+        broken.append((~present if g.positive else present, g.priority))
+    count = hosts.members_on(positive_members) if positive_members else None
+    return _rank_broken(n, broken, count)
 
 
 def vm_to_host_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
@@ -294,14 +347,13 @@ def vm_to_host_affinity_weight(hosts: HostTable, vm: VmSpec, props: Props) -> Fl
     n = len(hosts)
     soft = _host_groups(vm, enforcing=False)
     if not soft:
-        return np.full(n, DEFAULT_SCORE)
-    broken: list[list[float]] = [[] for _ in range(n)]
+        return constant(n, DEFAULT_SCORE)
+    broken: list[tuple[BoolArray, float]] = []
     for g in soft:
         assert g.host_rule is not None
         inside = _in_group_hosts(hosts, frozenset(g.hosts))
-        for i in np.flatnonzero(~inside if g.host_rule.positive else inside):
-            broken[int(i)].append(g.priority)
-    return rank_by_broken_priorities(broken)
+        broken.append((~inside if g.host_rule.positive else inside, g.priority))
+    return _rank_broken(n, broken)
 
 
 # ------------------------------------------------------------------------------- soft (Nova)
@@ -310,7 +362,7 @@ def _soft_member_count(hosts: HostTable, vm: VmSpec, *, positive: bool) -> Float
     out = np.zeros(len(hosts), dtype=np.float64)
     for g in _vm_groups(vm, enforcing=False):
         if g.positive is positive:
-            out += np.fromiter((len(g.members & hosts.vms_on(i)) for i in range(len(hosts))), np.float64, len(hosts))
+            out += hosts.members_on(g.members)
     return out
 
 
@@ -363,6 +415,7 @@ VM_TO_HOST_AFFINITY = PolicyUnit(
     ),
     summary="VM to host affinity group",
     filter=vm_to_host_affinity_filter,
+    filter_by_row=True,
     weight=vm_to_host_affinity_weight,
 )
 SERVER_GROUP_AFFINITY = PolicyUnit(

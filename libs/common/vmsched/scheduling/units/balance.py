@@ -39,6 +39,7 @@ from vmsched.scheduling.units.base import (
     Migration,
     PowerChange,
     Props,
+    VmsByHost,
     prop_bool,
     prop_int,
 )
@@ -67,16 +68,29 @@ def sustained_for(hosts: HostTable, above: float | None = None, below: float | N
     """Seconds each host's effective samples (sample + SPM share) have been >= `above` (or < `below`)
     without interruption, up to `as_of` (up to the last sample when as_of is NaN). NaN when the last
     sample is not in that state or the host has no samples."""
-    share = spm_load_share(hosts, hosts.effective_cpus).tolist()
+    shares = spm_load_share(hosts, hosts.effective_cpus)
     out = np.full(len(hosts), math.nan)
+    last = hosts.cpu_last_sample_pct + shares  # NaN without samples: in no state
+    with np.errstate(invalid="ignore"):
+        now_in = np.zeros(len(hosts), dtype=np.bool_)
+        if above is not None:
+            now_in |= last >= above
+        if below is not None:
+            now_in |= last < below
+    # A host with one sample has been in the state since that sample: no walk.
+    hits = np.flatnonzero(now_in)
+    single = hosts.cpu_sample_count.take(hits) == 1
+    one = hits[single]
+    at = hosts.cpu_last_sample_at.take(one)
+    out[one] = (hosts.as_of if math.isfinite(hosts.as_of) else at) - at
+    share = shares.tolist()
 
     def state(load: float) -> bool:
         return (above is not None and load >= above) or (below is not None and load < below)
 
-    for i, samples in enumerate(hosts.cpu_samples):
+    for i in hits[~single].tolist():
+        samples = hosts.cpu_samples[i]
         loads, times = samples.loads, samples.times
-        if not loads or not state(loads[-1] + share[i]):
-            continue
         j = len(loads) - 1
         while j > 0 and state(loads[j - 1] + share[i]):
             j -= 1
@@ -107,12 +121,14 @@ class _VmsByHost:
     touching them (reading 200,000 VM objects host by host, in no memory order, costs more than the
     rest of the pass)."""
 
-    __slots__ = ("_ends", "_looked_up", "_min_guest", "_min_hunger", "_order", "_slot", "_vms")
+    __slots__ = ("_by_host", "_ends", "_looked_up", "_min_guest", "_min_hunger", "_order", "_slot", "_vms")
 
     def __init__(self, vms: Sequence[VmReport]) -> None:
         self._vms = vms
         self._looked_up = False
         self._slot: dict[str | None, int] | None = None
+        #: The VMs as given host by host, when they are: then a lookup reads that host's only.
+        self._by_host = vms if isinstance(vms, VmsByHost) else None
 
     def _group(self) -> dict[str | None, int]:
         slot: dict[str | None, int] = {}
@@ -130,6 +146,13 @@ class _VmsByHost:
 
     def on(self, host_id: str, dest: _Destinations | None = None) -> list[VmReport]:
         """The host's VMs; with `dest`, none when every one of them certainly fits none of `dest`."""
+        if self._by_host is not None:
+            found = self._by_host.on(host_id)
+            if dest is not None and found:
+                least = min(cpu_hunger(v) for v in found), min(float(v.mem_mb) for v in found)
+                if not dest.may_fit(*least):
+                    return []
+            return found
         if self._slot is None and not self._looked_up:
             self._looked_up = True
             return [v for v in self._vms if v.host_id == host_id]

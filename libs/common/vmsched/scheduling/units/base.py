@@ -39,9 +39,10 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import overload
 from uuid import UUID, uuid5
 
 import numpy as np
@@ -49,7 +50,7 @@ import numpy as np
 from vmsched.contracts import VmReport, VmSpec
 from vmsched.contracts.base import MAX_PROPERTY_VALUE
 from vmsched.errors import InvalidProperty, PropertyTooLong
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.units.regex_audit import ambiguity
 
 Props = Mapping[str, str]
@@ -84,21 +85,128 @@ class PropertySpec:
         return re.fullmatch(self.regex.removeprefix("^").removesuffix("$"), value) is not None
 
 
+class LazyReasons(Sequence[str]):
+    """A filter's reasons, each made when first read: most decisions only count the removed hosts
+    (the summary reads at most two reasons of a filter that removed many), and formatting a reason
+    for each of thousands of removed hosts cost more than filtering them."""
+
+    __slots__ = ("_made", "_positions", "_reason")
+
+    def __init__(self, reason: Callable[[int], str], positions: IndexArray) -> None:
+        self._reason, self._positions = reason, positions
+        self._made: dict[int, str] = {}
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[str]: ...
+    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        made = self._made.get(i)
+        if made is None:
+            made = self._made[i] = self._reason(int(self._positions[i]))
+        return made
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def __iter__(self) -> Iterator[str]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, as lists are: not hashable
+
+    def __repr__(self) -> str:
+        return f"LazyReasons({list(self)!r})"
+
+
 @dataclass(frozen=True)
 class FilterVerdict:
     keep: BoolArray
     #: One reason per removed host, in table order.
     reasons: Sequence[str]
+    #: The removed positions (~keep), when the verdict was built knowing them (None: not known).
+    removed: IndexArray | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def keep_all(cls, hosts: HostTable) -> FilterVerdict:
-        return cls(np.ones(len(hosts), dtype=np.bool_), ())
+        n = len(hosts)
+        if len(_ALL[0]) < n:  # grown to the largest table seen
+            ones = np.ones(max(n, 2 * len(_ALL[0])), dtype=np.bool_)
+            ones.flags.writeable = False
+            _ALL[0] = ones
+        return cls(_ALL[0][:n], (), _NONE_REMOVED)
 
     @classmethod
     def from_mask(cls, hosts: HostTable, keep: BoolArray, reason: Callable[[int], str]) -> FilterVerdict:
-        """Build a verdict, calling `reason(i)` only for removed positions i (cheap when most pass)."""
+        """Build a verdict whose reasons call `reason(i)` for removed positions i, when read."""
         removed = np.flatnonzero(~keep)
-        return cls(keep, [reason(int(i)) for i in removed])
+        return cls(keep, LazyReasons(reason, removed), removed)
+
+    def made(self) -> FilterVerdict:
+        """This verdict with every reason made now (a plugin's, within its call's time limit)."""
+        if isinstance(self.reasons, LazyReasons):
+            return FilterVerdict(self.keep, list(self.reasons), self.removed)
+        return self
+
+
+_NONE_REMOVED: IndexArray = np.zeros(0, dtype=np.intp)
+_NONE_REMOVED.flags.writeable = False
+#: keep_all's masks are views of this one (read-only: a verdict's mask is never written).
+_ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
+
+
+class VmsByHost(Sequence[VmReport]):
+    """VMs held host by host (host id -> VM id -> report, each report's host_id its host's), read
+    as one sequence, host after host in the mapping's order, of those `keep` admits; `on` gives
+    one host's without reading the others' (a balance unit asks for its source hosts' VMs, and a
+    cluster runs tens of thousands of VMs). A view: read it before the VMs change."""
+
+    __slots__ = ("_flat", "_hosts", "_keep")
+
+    def __init__(
+        self, hosts: Mapping[str, Mapping[str, VmReport]], keep: Callable[[VmReport], bool] | None = None
+    ) -> None:
+        self._hosts, self._keep = hosts, keep
+        self._flat: list[VmReport] | None = None
+
+    def on(self, host_id: str) -> list[VmReport]:
+        """The host's VMs (those admitted), in order."""
+        vms = self._hosts.get(host_id)
+        if vms is None:
+            return []
+        keep = self._keep
+        return list(vms.values()) if keep is None else [v for v in vms.values() if keep(v)]
+
+    def kept(self, keep: Callable[[VmReport], bool]) -> VmsByHost:
+        """These VMs, of them those `keep` admits too."""
+        mine = self._keep
+        return VmsByHost(self._hosts, keep if mine is None else lambda v: mine(v) and keep(v))
+
+    def _list(self) -> list[VmReport]:
+        if self._flat is None:
+            keep = self._keep
+            every = (v for vms in self._hosts.values() for v in vms.values())
+            self._flat = list(every) if keep is None else [v for v in every if keep(v)]
+        return self._flat
+
+    @overload
+    def __getitem__(self, i: int) -> VmReport: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[VmReport]: ...
+    def __getitem__(self, i: int | slice) -> VmReport | Sequence[VmReport]:
+        return self._list()[i]
+
+    def __len__(self) -> int:
+        return len(self._list())
+
+    def __iter__(self) -> Iterator[VmReport]:
+        return iter(self._list())
 
 
 @dataclass(frozen=True)
@@ -152,6 +260,11 @@ class PolicyUnit:
     #: Where the unit comes from: BUILTIN_ORIGIN, or "<distribution> <version>" for a plugin's unit
     #: (set by the registry when it loads the plugin; a plugin's own value is replaced).
     origin: str = BUILTIN_ORIGIN
+    #: The filter judges each host by the host's own row alone (with the VM, the properties, the
+    #: cluster's settings and as_of), never by the other hosts of the table: the chain then runs it
+    #: over hosts an earlier filter removed and drops those from its verdict, rather than copying
+    #: the table between filters. Built-in units only (a plugin's is always False).
+    filter_by_row: bool = False
 
     @property
     def id(self) -> UUID:
@@ -171,11 +284,25 @@ def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
     properties are the same on every request, and this runs for every unit of every request.
     A value longer than MAX_PROPERTY_VALUE raises PropertyTooLong before any regex runs.
     """
+    # A policy's properties come the same, in the same order, on every call: that key needs no
+    # sorting nor the LRU's lock (this runs for every unit of every decision).
+    fast_key = (unit, tuple(props.items()))
+    try:
+        fast = _FAST.get(fast_key)
+    except TypeError:  # a value that is not a string (not a property) cannot be a key: no shortcut
+        return dict(_validated(unit, props))
+    if fast is None:
+        fast = _validated(unit, props)
+        _remember(fast_key, fast)
+    return dict(fast)
+
+
+def _validated(unit: PolicyUnit, props: Props) -> _Validated:
     given = tuple(sorted((k, v) for k, v in props.items() if k in unit.properties))
     key = (unit, given)
     cached = _CACHE.get(key)
     if cached is not None:
-        return dict(cached)
+        return cached
     # Every length first: no regex runs while any value is over the bound.
     for name, text in given:
         if len(text) > MAX_PROPERTY_VALUE:
@@ -191,7 +318,20 @@ def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
         out.append((name, value))
     result = tuple(out)
     _CACHE.put(key, result, sum(len(k) + len(v) for k, v in given))
-    return dict(result)
+    return result
+
+
+def _remember(key: tuple[PolicyUnit, tuple[tuple[str, str], ...]], validated: _Validated) -> None:
+    """Keep a validated set under the properties exactly as given, when they are small (at most
+    _FAST_MAX_ENTRIES x _FAST_MAX_CHARS characters, 1 Mi; when full, it starts over)."""
+    given = key[1]
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given):
+        return
+    if sum(len(k) + len(v) for k, v in given) > _FAST_MAX_CHARS:
+        return
+    if len(_FAST) >= _FAST_MAX_ENTRIES:
+        _FAST.clear()
+    _FAST[key] = validated
 
 
 def _clip(value: str, limit: int = 200) -> str:
@@ -250,6 +390,10 @@ class ValidationCache:
 
 #: 4096 property sets of at most 4 KiB each, 1 Mi characters in all: a few MB at worst.
 _CACHE = ValidationCache(max_entries=4096, max_chars=1 << 20, max_entry_chars=4096)
+#: (unit, properties as given) -> validated, for the properties of the policies in use.
+_FAST: dict[tuple[PolicyUnit, tuple[tuple[str, str], ...]], _Validated] = {}
+_FAST_MAX_ENTRIES = 256
+_FAST_MAX_CHARS = 4096
 
 
 def prop_int(props: Props, name: str, default: int) -> int:
@@ -277,6 +421,7 @@ __all__ = [
     "PropertySpec",
     "Props",
     "ValidationCache",
+    "VmsByHost",
     "WeightFn",
     "prop_bool",
     "prop_float",

@@ -30,6 +30,7 @@ from vmsched.scheduling.units.helpers import (
     current_host_mask,
     fmt_num,
     max_scheduling_memory_mb,
+    or_current_host,
     spm_load_share,
     vm_memory_need_mb,
 )
@@ -64,25 +65,17 @@ def memory_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     Overcommit: need <= max scheduling memory. As in oVirt, both checks are skipped on the host the
     VM already runs on (its memory is already there); the Migration filter removes that host anyway.
     """
-    n = len(hosts)
-    if vm.hugepages:
-        size = vm.hugepage_size_kb
-        _, free_pages, pending_pages = _free_hugepages(hosts, size)
-        covered = np.maximum(free_pages - pending_pages, 0.0)
-        uncovered_mb = np.ceil(np.maximum(hugepages_needed(vm.mem_mb, size) - covered, 0.0) * size / 1024.0)
-        need = uncovered_mb + float(vm.overhead_mb)
-    else:
-        need = np.full(n, vm_memory_need_mb(vm))
+    need, uncovered_mb = _memory_need(hosts, vm)
     swap_counts = vm.use_swap and not vm.hugepages
-    swap = hosts.swap_free_mb if swap_counts else np.zeros(n)
+    swap: float | FloatArray = hosts.swap_free_mb if swap_counts else 0.0
     physical = hosts.mem_free_mb - hosts.pending_mem_mb + swap
     max_sched = max_scheduling_memory_mb(hosts)
     phys_ok = need <= physical
-    keep = (phys_ok & (need <= max_sched)) | current_host_mask(hosts, vm)
+    keep = or_current_host(phys_ok & (need <= max_sched), hosts, vm)
 
     def required(i: int) -> str:
-        text = f"required {fmt_num(need[i])} MB"
-        if vm.hugepages:
+        text = f"required {fmt_num(_at(need, i))} MB"
+        if uncovered_mb is not None:
             text += (
                 f" ({fmt_num(uncovered_mb[i])} MB not covered by free {vm.hugepage_size_kb} KiB huge pages"
                 f" + overhead {vm.overhead_mb} MB)"
@@ -91,7 +84,7 @@ def memory_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
 
     def reason(i: int) -> str:
         if not phys_ok[i]:
-            pending, free_swap = hosts.pending_mem_mb[i], swap[i]
+            pending, free_swap = hosts.pending_mem_mb[i], _at(swap, i)
             if pending == 0 and free_swap == 0:
                 return f"free memory {fmt_num(physical[i])} MB < {required(i)}"
             parts = f"free memory {fmt_num(hosts.mem_free_mb[i])} MB"
@@ -111,6 +104,22 @@ def memory_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     return FilterVerdict.from_mask(hosts, keep, reason)
 
 
+def _memory_need(hosts: HostTable, vm: VmSpec) -> tuple[float | FloatArray, FloatArray | None]:
+    """The VM's memory need on each host (one number without huge pages), and with huge pages the
+    MB its free huge pages do not cover."""
+    if not vm.hugepages:
+        return vm_memory_need_mb(vm), None
+    size = vm.hugepage_size_kb
+    _, free_pages, pending_pages = _free_hugepages(hosts, size)
+    covered = np.maximum(free_pages - pending_pages, 0.0)
+    uncovered_mb = np.ceil(np.maximum(hugepages_needed(vm.mem_mb, size) - covered, 0.0) * size / 1024.0)
+    return uncovered_mb + float(vm.overhead_mb), uncovered_mb
+
+
+def _at(value: float | FloatArray, i: int) -> float:
+    return float(value[i]) if isinstance(value, np.ndarray) else value
+
+
 # ------------------------------------------------------------------------------------------- CPU
 def cpu_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     """A VM cannot have more vCPUs than the host has CPUs left after exclusive pinning.
@@ -122,7 +131,7 @@ def cpu_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     cpus = hosts.effective_cpus
     pinned = hosts.cpus_pinned + hosts.pending_cpus_pinned
     available = cpus - pinned
-    known = hosts.cpu_cores > 0
+    known = hosts.derived("cores_known", ("cpu_cores",), _cores_known)
     keep = known & (available >= vm.vcpus)
     unit = "threads" if hosts.settings.count_threads_as_cores else "cores"
 
@@ -137,6 +146,11 @@ def cpu_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
         return f"{fmt_num(cpus[i])} {unit} < {vm.vcpus} vCPUs"
 
     return FilterVerdict.from_mask(hosts, keep, reason)
+
+
+def _cores_known(hosts: HostTable) -> BoolArray:
+    out: BoolArray = hosts.cpu_cores > 0
+    return out
 
 
 # --------------------------------------------------------------------------------------- Network
@@ -170,7 +184,7 @@ def pin_to_host_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerd
     if not vm.pinned_hosts:
         return FilterVerdict.keep_all(hosts)
     pinned = frozenset(vm.pinned_hosts)
-    keep = np.fromiter((h in pinned for h in hosts.ids), dtype=np.bool_, count=len(hosts))
+    keep = hosts.mask_of(pinned)
     where = _names(sorted(pinned))
     return FilterVerdict.from_mask(hosts, keep, lambda i: f"the VM is pinned to other hosts ({where})")
 
@@ -205,7 +219,10 @@ def swap_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     reported) passes. oVirt's engine-wide EnableSwapCheck switch is "include the unit in the policy".
     """
     allowed = prop_int(props, "MaximumAllowedSwapUsage", 0)
-    known = (hosts.swap_total_mb > 0) & (hosts.mem_free_mb > 0) & (hosts.physical_mem_mb > 0)
+    has_swap = hosts.derived("swap_known", ("swap_total_mb", "physical_mem_mb"), _swap_known)
+    if not has_swap.any():  # no host reports swap (and memory): none is known to swap
+        return FilterVerdict.keep_all(hosts)
+    known = has_swap & (hosts.mem_free_mb > 0)
     beyond = hosts.swap_total_mb - hosts.swap_free_mb - hosts.mem_free_mb
     used_pct = np.trunc(beyond * 100.0 / np.where(known, hosts.physical_mem_mb, 1.0))
     keep = ~known | (used_pct <= allowed)
@@ -218,6 +235,11 @@ def swap_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
         )
 
     return FilterVerdict.from_mask(hosts, keep, reason)
+
+
+def _swap_known(hosts: HostTable) -> BoolArray:
+    out: BoolArray = (hosts.swap_total_mb > 0) & (hosts.physical_mem_mb > 0)
+    return out
 
 
 # --------------------------------------------------------------------------------- CPUOverloaded
@@ -243,16 +265,24 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
     high = float(prop_int(props, "HighUtilization", 80))
     duration_s = 60.0 * prop_int(props, "CpuOverCommitDurationMinutes", 2)
     cpus = hosts.effective_cpus
-    known = hosts.cpu_cores > 0
+    known = hosts.derived("cores_known", ("cpu_cores",), _cores_known)
     spm = spm_load_share(hosts, cpus)
     threshold = high - spm  # a sample over this makes sample + SPM share > High
     n = len(hosts)
+    with np.errstate(invalid="ignore"):
+        over_now = np.flatnonzero(hosts.cpu_last_sample_pct > threshold)  # NaN (no samples): not over
+    if not len(over_now):  # no host is over now: only an unknown topology removes one
+        unknown = "unknown CPU topology (the host reported 0 cores)"
+        return FilterVerdict.from_mask(hosts, known.copy(), lambda i: unknown)
     since = np.full(n, math.nan)
     last_t = np.full(n, math.nan)
     last_load = np.zeros(n)
-    with np.errstate(invalid="ignore"):
-        over_now = np.flatnonzero(hosts.cpu_last_sample_pct > threshold)  # NaN (no samples): not over
-    for i in over_now.tolist():
+    # A host with one sample has been over since that sample: no walk (a simulated host has one).
+    single = hosts.cpu_sample_count.take(over_now) == 1
+    one = over_now[single]
+    since[one] = last_t[one] = hosts.cpu_last_sample_at.take(one)
+    last_load[one] = hosts.cpu_last_sample_pct.take(one)
+    for i in over_now[~single].tolist():
         samples = hosts.cpu_samples[i]
         loads = samples.loads
         thr = float(threshold[i])
@@ -261,7 +291,7 @@ def cpu_overloaded_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterV
             j -= 1
         since[i] = samples.times[j]
         last_t[i], last_load[i] = samples[-1]
-    end = np.full(n, hosts.as_of) if math.isfinite(hosts.as_of) else last_t
+    end = hosts.as_of if math.isfinite(hosts.as_of) else last_t
     with np.errstate(invalid="ignore"):
         over_for = end - since
         overloaded = over_for >= duration_s  # False where NaN: not over, or no samples
@@ -355,7 +385,7 @@ def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
     need = float(hugepages_needed(vm.mem_mb, size))
     has_size, free, pending = _free_hugepages(hosts, size)
     available = free - pending
-    keep = (has_size & (available >= need)) | current_host_mask(hosts, vm)
+    keep = or_current_host(has_size & (available >= need), hosts, vm)
 
     def reason(i: int) -> str:
         if not has_size[i]:
@@ -373,21 +403,16 @@ def hugepages_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
 
 
 # ----------------------------------------------------------------------- Emulated-Machine, CPU-Level
-def _offers(values: Sequence[frozenset[str]], wanted: str) -> BoolArray:
-    return np.fromiter((wanted in v for v in values), dtype=np.bool_, count=len(values))
-
-
-def _membership(
-    hosts: HostTable, wanted: str | None, offered: Sequence[frozenset[str]], need: str, lacks: str
-) -> FilterVerdict:
-    """Keep the hosts whose `offered` set holds `wanted`; a VM that wants nothing passes everywhere.
+def _membership(hosts: HostTable, wanted: str | None, column: str, need: str, lacks: str) -> FilterVerdict:
+    """Keep the hosts whose set in `column` holds `wanted`; a VM that wants nothing passes everywhere.
 
     Reasons: "<need> '<wanted>' required; the host reports no <plural>" when the host offers none,
     else "<need> '<wanted>' <lacks> (...)" naming what it has.
     """
     if not wanted:
         return FilterVerdict.keep_all(hosts)
-    keep = _offers(offered, wanted)
+    keep = hosts.offering(column, wanted)
+    offered: Sequence[frozenset[str]] = getattr(hosts, column)
 
     def reason(i: int) -> str:
         have = offered[i]
@@ -402,7 +427,7 @@ def emulated_machine_filter(hosts: HostTable, vm: VmSpec, props: Props) -> Filte
     """The host's emulator must support the VM's machine type; a VM without one (the cluster
     default) passes everywhere. As in oVirt, a host that reports no machine types is removed."""
     return _membership(
-        hosts, vm.emulated_machine, hosts.emulated_machines, "emulated machine", "not supported (the host supports"
+        hosts, vm.emulated_machine, "emulated_machines", "emulated machine", "not supported (the host supports"
     )
 
 
@@ -414,7 +439,7 @@ def cpu_level_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdic
     above", so the check is membership. A host that reports no models is removed (oVirt: a host
     whose CPU cannot be named is not added).
     """
-    return _membership(hosts, vm.cpu_model, hosts.cpu_models, "CPU model", "not offered (the host offers")
+    return _membership(hosts, vm.cpu_model, "cpu_models", "CPU model", "not offered (the host offers")
 
 
 # -------------------------------------------------------------------------- ClusterInMaintenance
@@ -453,30 +478,35 @@ MEMORY = PolicyUnit(
     description="Filters out hosts without enough free physical or overcommit memory for the VM.",
     summary="insufficient free memory",
     filter=memory_filter,
+    filter_by_row=True,
 )
 CPU = PolicyUnit(
     name="CPU",
     description="Filters out hosts with fewer available CPUs than the VM's vCPUs.",
     summary="not enough CPUs",
     filter=cpu_filter,
+    filter_by_row=True,
 )
 NETWORK = PolicyUnit(
     name="Network",
     description="Filters out hosts that lack a network the VM needs.",
     summary="missing network",
     filter=network_filter,
+    filter_by_row=True,
 )
 PIN_TO_HOST = PolicyUnit(
     name="PinToHost",
     description="Filters out all hosts the VM is not pinned to.",
     summary="VM pinned to other hosts",
     filter=pin_to_host_filter,
+    filter_by_row=True,
 )
 MIGRATION = PolicyUnit(
     name="Migration",
     description="Prevents migrating a VM to the host it already runs on.",
     summary="source host of the migration",
     filter=migration_filter,
+    filter_by_row=True,
 )
 
 SWAP = PolicyUnit(
@@ -484,6 +514,7 @@ SWAP = PolicyUnit(
     description="Filters out hosts that are swapping more than MaximumAllowedSwapUsage.",
     summary="host swapping",
     filter=swap_filter,
+    filter_by_row=True,
     properties={"MaximumAllowedSwapUsage": MAX_ALLOWED_SWAP_USAGE},
 )
 CPU_OVERLOADED = PolicyUnit(
@@ -491,6 +522,7 @@ CPU_OVERLOADED = PolicyUnit(
     description="Filters out hosts whose CPU load has stayed above HighUtilization for CpuOverCommitDurationMinutes.",
     summary="CPU overloaded",
     filter=cpu_overloaded_filter,
+    filter_by_row=True,
     properties={"HighUtilization": HIGH_UTILIZATION, "CpuOverCommitDurationMinutes": CPU_OVERCOMMIT_DURATION},
 )
 CPU_TOPOLOGY = PolicyUnit(
@@ -498,36 +530,42 @@ CPU_TOPOLOGY = PolicyUnit(
     description="Runs VMs only on hosts with a known CPU topology that can hold the VM's dedicated vCPU layout.",
     summary="unsuitable CPU topology",
     filter=cpu_topology_filter,
+    filter_by_row=True,
 )
 HUGEPAGES = PolicyUnit(
     name="HugePages",
     description="Filters out hosts without enough free huge pages of the VM's page size (pending included).",
     summary="not enough free huge pages",
     filter=hugepages_filter,
+    filter_by_row=True,
 )
 EMULATED_MACHINE = PolicyUnit(
     name="Emulated-Machine",
     description="Runs VMs only on hosts whose emulator supports the VM's machine type.",
     summary="unsupported emulated machine",
     filter=emulated_machine_filter,
+    filter_by_row=True,
 )
 CPU_LEVEL = PolicyUnit(
     name="CPU-Level",
     description="Runs VMs only on hosts that offer the VM's CPU model.",
     summary="CPU model not offered",
     filter=cpu_level_filter,
+    filter_by_row=True,
 )
 CLUSTER_IN_MAINTENANCE = PolicyUnit(
     name="ClusterInMaintenance",
     description="While the cluster is in maintenance, lets only HA VMs start (running VMs may migrate).",
     summary="cluster in maintenance",
     filter=cluster_in_maintenance_filter,
+    filter_by_row=True,
 )
 MIGRATION_DOMAIN = PolicyUnit(
     name="MigrationDomain",
     description="Keeps only Up hosts of the VM's cluster as destinations.",
     summary="outside the migration domain",
     filter=migration_domain_filter,
+    filter_by_row=True,
 )
 
 FILTER_UNITS: tuple[PolicyUnit, ...] = (

@@ -35,11 +35,36 @@ def fmt_num(value: float) -> str:
 def current_host_mask(hosts: HostTable, vm: VmSpec) -> BoolArray:
     """True at the host the VM runs on now (a migration's source), False everywhere else."""
     mask = np.zeros(len(hosts), dtype=np.bool_)
-    if vm.current_host is not None:
-        pos = hosts.position(vm.current_host)
-        if pos is not None:
-            mask[pos] = True
+    pos = current_host_position(hosts, vm)
+    if pos is not None:
+        mask[pos] = True
     return mask
+
+
+def current_host_position(hosts: HostTable, vm: VmSpec) -> int | None:
+    """The row of the host the VM runs on now (a migration's source), when it is in the table."""
+    return None if vm.current_host is None else hosts.position(vm.current_host)
+
+
+def except_current_host(hosts: HostTable, vm: VmSpec, value: float) -> float | FloatArray:
+    """`value` at every host, 0 at the host the VM runs on now: the number itself when the VM runs
+    on none of these hosts (a new VM), which every elementwise use reads the same."""
+    pos = current_host_position(hosts, vm)
+    if pos is None:
+        return value
+    out = np.full(len(hosts), value)
+    out[pos] = 0.0
+    return out
+
+
+def or_current_host(keep: BoolArray, hosts: HostTable, vm: VmSpec) -> BoolArray:
+    """`keep`, with the host the VM runs on now kept too."""
+    pos = current_host_position(hosts, vm)
+    if pos is None:
+        return keep
+    out = keep.copy()
+    out[pos] = True
+    return out
 
 
 def vm_memory_need_mb(vm: VmSpec) -> float:
@@ -54,11 +79,55 @@ def max_scheduling_memory_mb(hosts: HostTable) -> FloatArray:
     oVirt clamps it at 0 (VDS.calculateFreeSchedulingMemoryCache); the filter does not need to (a VM
     always needs > 0 MB) and keeps the sign so its reason adds up. Weights clamp.
     """
+    overcommitted = hosts.derived("overcommitted_mem_mb", ("physical_mem_mb",), _overcommitted_mem_mb)
+    return overcommitted - hosts.mem_committed_mb - hosts.reserved_mem_mb - hosts.pending_mem_mb
+
+
+def _overcommitted_mem_mb(hosts: HostTable) -> FloatArray:
     pct = float(hosts.settings.memory_overcommit_pct)
-    return pct * hosts.physical_mem_mb / 100.0 - hosts.mem_committed_mb - hosts.reserved_mem_mb - hosts.pending_mem_mb
+    out: FloatArray = pct * hosts.physical_mem_mb / 100.0
+    return out
 
 
 def spm_load_share(hosts: HostTable, cpus: FloatArray) -> FloatArray:
     """oVirt calcSpmCpuConsumption: the SPM role's load in % of the whole host (0 elsewhere)."""
+    if cpus is hosts.effective_cpus:  # the usual case: the same on every decision, kept
+        return hosts.derived("spm_load_share", ("is_spm", "cpu_threads", "cpu_cores"), _spm_load_share)
+    return _spm_share(hosts, cpus)
+
+
+def _spm_load_share(hosts: HostTable) -> FloatArray:
+    return _spm_share(hosts, hosts.effective_cpus)
+
+
+def _spm_share(hosts: HostTable, cpus: FloatArray) -> FloatArray:
     share = SPM_VCPU_CONSUMPTION * VCPU_CONSUMPTION_PCT / np.where(cpus > 0, cpus, 1.0)
-    return np.where(hosts.is_spm, share, 0.0)
+    out: FloatArray = np.where(hosts.is_spm, share, 0.0)
+    return out
+
+
+def spm_vcpus(hosts: HostTable) -> FloatArray:
+    """The vCPUs' worth of load the SPM role costs each host (SpmVCpuConsumption on the SPM, 0 elsewhere)."""
+    return hosts.derived("spm_vcpus", ("is_spm",), _spm_vcpus)
+
+
+def _spm_vcpus(hosts: HostTable) -> FloatArray:
+    out: FloatArray = np.where(hosts.is_spm, SPM_VCPU_CONSUMPTION, 0.0)
+    return out
+
+
+def known_cpus(hosts: HostTable) -> tuple[BoolArray, FloatArray]:
+    """Which hosts have a known topology, and their CPU count (1 where unknown, to divide safely)."""
+    columns = ("cpu_threads", "cpu_cores")
+    return hosts.derived("cpus_known", columns, _cpus_known), hosts.derived("cpus_or_one", columns, _cpus_or_one)
+
+
+def _cpus_known(hosts: HostTable) -> BoolArray:
+    cpus = hosts.effective_cpus
+    out: BoolArray = (hosts.cpu_cores > 0) & (cpus > 0)
+    return out
+
+
+def _cpus_or_one(hosts: HostTable) -> FloatArray:
+    out: FloatArray = np.where(_cpus_known(hosts), hosts.effective_cpus, 1.0)
+    return out

@@ -268,7 +268,7 @@ def retry_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     if not vm.tried_hosts:
         return FilterVerdict.keep_all(hosts)
     tried = frozenset(vm.tried_hosts)
-    keep = np.fromiter((h not in tried for h in hosts.ids), dtype=np.bool_, count=len(hosts))
+    keep = ~hosts.mask_of(tried)
     return FilterVerdict.from_mask(hosts, keep, lambda i: "already tried for this VM (a previous start failed)")
 
 

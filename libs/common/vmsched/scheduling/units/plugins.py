@@ -40,7 +40,7 @@ from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -48,7 +48,7 @@ from vmsched.constants import UNIT_ENTRY_POINT_GROUP
 from vmsched.contracts.base import MAX_PROPERTY_VALUE, MAX_TEXT, Name
 from vmsched.errors import SchedulingError, UnsupportedRegex, VmschedError
 from vmsched.logging import get_logger
-from vmsched.scheduling.units.base import Direction, PolicyUnit, PropertySpec, Props
+from vmsched.scheduling.units.base import Direction, FilterVerdict, PolicyUnit, PropertySpec, Props
 from vmsched.scheduling.units.regex_audit import ambiguity
 
 log = get_logger("vmsched.units.plugins")
@@ -314,6 +314,8 @@ def bounded(unit: PolicyUnit, origin: str, limit: CallLimit) -> PolicyUnit:
     return dataclasses.replace(
         unit,
         origin=origin,
+        # Not taken on trust: a filter that reads other hosts would judge hosts it should not see.
+        filter_by_row=False,
         filter=wrap(unit.filter, "filter"),
         weight=wrap(unit.weight, "weight"),
         balance=wrap(unit.balance, "balance"),
@@ -328,6 +330,9 @@ def _timed(
         started = time.perf_counter()
         try:
             result = fn(first, second, props)
+            if isinstance(result, FilterVerdict):
+                # Its reasons are the plugin's code too: made now, timed and wrapped with the call.
+                result = cast(_R, result.made())
         except VmschedError:
             raise
         except Exception as exc:

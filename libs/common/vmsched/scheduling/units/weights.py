@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from vmsched.contracts import VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import FloatArray, HostTable, constant
 from vmsched.scheduling.units.balance import (
     even_distribution_balance,
     even_vm_count_balance,
@@ -32,8 +32,10 @@ from vmsched.scheduling.units.helpers import (
     HIGH_UTILIZATION,
     SPM_VCPU_CONSUMPTION,
     VCPU_CONSUMPTION_PCT,
-    current_host_mask,
+    except_current_host,
+    known_cpus,
     max_scheduling_memory_mb,
+    spm_vcpus,
     vm_memory_need_mb,
 )
 
@@ -93,17 +95,9 @@ def _prop_default(spec: PropertySpec) -> str:
 
 
 # ------------------------------------------------------------------------- CPU load model
-def _known_cpus(hosts: HostTable) -> tuple[BoolArray, FloatArray]:
-    """Which hosts have a known topology, and their CPU count (1 where unknown, to divide safely)."""
-    cpus = hosts.effective_cpus
-    known = (hosts.cpu_cores > 0) & (cpus > 0)
-    return known, np.where(known, cpus, 1.0)
-
-
 def host_cpu_load(hosts: HostTable, cpus: FloatArray) -> FloatArray:
     """oVirt calcHostLoad: the host's load in % of one CPU (4 busy CPUs = 400), pending and SPM included."""
-    spm = np.where(hosts.is_spm, SPM_VCPU_CONSUMPTION, 0.0)
-    return hosts.cpu_usage_pct * cpus + VCPU_CONSUMPTION_PCT * (hosts.pending_vcpus + spm)
+    return hosts.cpu_usage_pct * cpus + VCPU_CONSUMPTION_PCT * (hosts.pending_vcpus + spm_vcpus(hosts))
 
 
 def vm_cpu_load(vm: VmSpec) -> float:
@@ -115,7 +109,7 @@ def vm_cpu_load(vm: VmSpec) -> float:
 
 def projected_load_per_cpu(hosts: HostTable, vm: VmSpec, cpus: FloatArray, host_load: FloatArray) -> FloatArray:
     """Load per CPU (%) after placing the VM; nothing is added on the host the VM already runs on."""
-    added = np.where(current_host_mask(hosts, vm), 0.0, vm_cpu_load(vm))
+    added = except_current_host(hosts, vm, vm_cpu_load(vm))
     return (host_load + added) / cpus
 
 
@@ -126,7 +120,7 @@ def vcpu_ratio_penalty(hosts: HostTable, vm: VmSpec, cpus: FloatArray, ratio_lim
     """
     if ratio_limit == 0:
         return np.ones(len(hosts))
-    added = np.where(current_host_mask(hosts, vm), 0.0, float(vm.vcpus))
+    added = except_current_host(hosts, vm, float(vm.vcpus))
     ratio = (hosts.vcpus_committed + hosts.pending_vcpus + added) / cpus
     return np.where(ratio < ratio_limit, 1.0, VCPU_RATIO_PENALTY)
 
@@ -135,25 +129,26 @@ def vcpu_ratio_penalty(hosts: HostTable, vm: VmSpec, cpus: FloatArray, ratio_lim
 def even_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     """Projected load per CPU in whole % (Java rounding), x1000 over VCpuToPhysicalCpuRatio;
     WORST_WEIGHT for a host with unknown topology."""
-    known, cpus = _known_cpus(hosts)
+    known, cpus = known_cpus(hosts)
     ratio_limit = prop_float(props, "VCpuToPhysicalCpuRatio", 0.0)
     load = projected_load_per_cpu(hosts, vm, cpus, host_cpu_load(hosts, cpus))
-    score = java_round(vcpu_ratio_penalty(hosts, vm, cpus, ratio_limit) * load)
-    return np.where(known, score, WORST_WEIGHT)
+    if ratio_limit != 0:  # without a limit the penalty is 1 everywhere
+        load = vcpu_ratio_penalty(hosts, vm, cpus, ratio_limit) * load
+    score = java_round(load)
+    return score if known.all() else np.where(known, score, WORST_WEIGHT)
 
 
 def power_saving_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     """The negated projected load per CPU (busiest host best); WORST_WEIGHT for a host already over
     HighUtilization before the VM is placed, or with unknown topology. All such hosts tie, as in
     oVirt, so the policy's other units decide among them."""
-    known, cpus = _known_cpus(hosts)
+    known, cpus = known_cpus(hosts)
     high = prop_int(props, "HighUtilization", int(_prop_default(HIGH_UTILIZATION)))
     host_load = host_cpu_load(hosts, cpus)
-    overloaded = host_load > high * cpus
-    score = -java_round(projected_load_per_cpu(hosts, vm, cpus, host_load))
-    # -0.0 would print oddly in a score table.
-    score = score + 0.0
-    return np.where(known & ~overloaded, score, WORST_WEIGHT)
+    judged = known & ~(host_load > high * cpus)
+    # 0 - x, not -x: -0.0 would print oddly in a score table.
+    score = 0.0 - java_round(projected_load_per_cpu(hosts, vm, cpus, host_load))
+    return score if judged.all() else np.where(judged, score, WORST_WEIGHT)
 
 
 def even_memory_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
@@ -165,7 +160,7 @@ def even_memory_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray
     if len(hosts) == 0:
         return np.zeros(0)
     max_sched = np.maximum(max_scheduling_memory_mb(hosts), 0.0)
-    need = np.where(current_host_mask(hosts, vm), 0.0, vm_memory_need_mb(vm))
+    need = except_current_host(hosts, vm, vm_memory_need_mb(vm))
     after = max_sched - need
     # oVirt divides by (max - 1) unguarded; when no host has more than 1 MB left keep the formula
     # decreasing instead of dividing by zero or flipping its sign.
@@ -201,9 +196,11 @@ def power_saving_memory_weight(hosts: HostTable, vm: VmSpec, props: Props) -> Fl
     max_mem = float(sched.max()) * 1.1
     if max_mem <= 0:
         return np.full(n, MAX_SCHEDULER_WEIGHT)
-    need = np.where(current_host_mask(hosts, vm), 0.0, vm_memory_need_mb(vm))
+    need = except_current_host(hosts, vm, vm_memory_need_mb(vm))
     mem = sched - need
-    mem = np.where(mem < low, np.minimum(max_mem, high + (low - mem)), mem)
+    wrapped = mem < low
+    if wrapped.any():
+        mem = np.where(wrapped, np.minimum(max_mem, high + (low - mem)), mem)
     return np.trunc(mem / max_mem * (MAX_SCHEDULER_WEIGHT - 1.0)) + 1.0
 
 
@@ -224,7 +221,7 @@ def ha_reservation_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatAr
     """
     n = len(hosts)
     if n == 0 or not vm.ha or not prop_bool(props, "HaReservation", False):
-        return np.zeros(n)
+        return constant(n, 0.0)
     scale_down = float(prop_int(props, "ScaleDown", int(_prop_default(SCALE_DOWN))))
     counts = np.maximum(hosts.ha_vm_count, 0.0)
     most = float(counts.max())
@@ -238,9 +235,8 @@ def preferred_hosts_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatA
     has a current host) every host gets 0."""
     n = len(hosts)
     if not vm.preferred_hosts or vm.current_host is not None:
-        return np.zeros(n)
-    preferred = frozenset(vm.preferred_hosts)
-    is_preferred = np.fromiter((h in preferred for h in hosts.ids), dtype=np.bool_, count=n)
+        return constant(n, 0.0)
+    is_preferred = hosts.mask_of(vm.preferred_hosts)
     return np.where(is_preferred, 0.0, NOT_PREFERRED_WEIGHT)
 
 
