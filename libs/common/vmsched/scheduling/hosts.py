@@ -421,13 +421,15 @@ class _Memo:
     each entry valid for the table whose column is its `source` (the same object): versions that
     keep a column (`with_pending`, `with_rows`) keep what was derived from it."""
 
-    __slots__ = ("derived", "factors", "ids", "vm_index")
+    __slots__ = ("derived", "factors", "ids", "vm_index", "zero_pending")
 
     def __init__(self, factors: dict[str, Factors] | None = None, vm_index: _VmIndex | None = None) -> None:
         self.factors: dict[str, Factors] = factors if factors is not None else {}
         self.vm_index = vm_index
         #: key -> (the settings and columns it was computed from, the per-host array)
         self.derived: dict[str, tuple[tuple[Any, ...], npt.NDArray[Any]]] = {}
+        #: Pending columns (the arrays) known to be all zero.
+        self.zero_pending: tuple[Any, ...] | None = None
         #: (ids, the same as an array of objects), to take sub-tables' ids by array indexing.
         self.ids: tuple[Sequence[str], npt.NDArray[np.object_]] | None = None
 
@@ -678,7 +680,13 @@ class HostTable:
         if self.pending_rows():
             return False
         columns = (self.pending_mem_mb, self.pending_vcpus, self.pending_cpus_pinned, self.pending_vm_count)
-        return not any(c.any() for c in columns)
+        known = self._memo.zero_pending
+        if known is not None and all(map(operator.is_, known, columns)):
+            return True
+        if any(np.count_nonzero(c) for c in columns):
+            return False
+        self._memo.zero_pending = columns
+        return True
 
     def pending_rows(self) -> tuple[int, ...]:
         """Positions of the hosts with a VM pending, ascending."""
@@ -701,6 +709,7 @@ class HostTable:
         if known is not None and len(known[0]) == len(sources) and all(map(operator.is_, known[0], sources)):
             return cast(A, known[1])
         value = make(self)
+        value.flags.writeable = False  # shared by the versions that keep it
         self._memo.derived[key] = (sources, value)
         return value
 
@@ -802,6 +811,7 @@ class HostTable:
         memo.factors = {**self._memo.factors, **memo.factors}
         memo.ids = self._memo.ids
         memo.derived = dict(self._memo.derived)
+        memo.zero_pending = self._memo.zero_pending
         if memo.vm_index is None and cols["vm_ids"] is self.vm_ids:
             memo.vm_index = self._memo.vm_index
         return memo
@@ -855,6 +865,8 @@ class HostTable:
     # ------------------------------------------------------------------ selection
     def index_of(self, host_ids: Iterable[str]) -> IndexArray:
         """Positions of `host_ids` in this table; unknown ids are skipped."""
+        if host_ids is self.ids or (isinstance(host_ids, tuple) and host_ids == self.ids):
+            return np.arange(len(self), dtype=np.intp)  # every host, in order: nothing to look up
         idx = self.index
         return np.fromiter((idx[h] for h in host_ids if h in idx), dtype=np.intp)
 

@@ -137,20 +137,26 @@ class SelectorFn(Protocol):
     ) -> Selection: ...
 
 
-#: Maps one unit's raw weights (NaN already replaced) to its points.
-PointsFn = Callable[[WeighedUnit, FloatArray], FloatArray]
+#: Maps one unit's raw weights (NaN already replaced; their least and greatest) to its points.
+PointsFn = Callable[[WeighedUnit, FloatArray, float, float], FloatArray]
 
 
 # ------------------------------------------------------------------------------ shared machinery
-def _effective_raw(n: int, unit: WeighedUnit) -> FloatArray:
+def _effective_raw(n: int, unit: WeighedUnit) -> tuple[FloatArray, float, float]:
+    """The unit's weights with NaN (not reported) as 0, and their least and greatest."""
     raw = np.asarray(unit.raw, dtype=np.float64)
     if raw.shape != (n,):
         raise ValueError(f"unit {unit.unit}: {raw.shape[0] if raw.ndim else 0} weights for {n} hosts")
+    if not n:
+        return raw, math.nan, math.nan
     if is_constant(raw):  # one weight for every host, stored once
-        return constant(n, 0.0) if np.isnan(raw[0]) else raw
-    if n and not np.isnan(raw.min()):  # the minimum is NaN when any weight is
-        return raw
-    return np.where(np.isnan(raw), 0.0, raw)
+        value = 0.0 if np.isnan(raw[0]) else float(raw[0])
+        return (constant(n, 0.0) if np.isnan(raw[0]) else raw), value, value
+    lo, hi = float(np.minimum.reduce(raw)), float(np.maximum.reduce(raw))  # NaN when any weight is
+    if math.isnan(lo):
+        raw = np.where(np.isnan(raw), 0.0, raw)
+        lo, hi = float(np.minimum.reduce(raw)), float(np.maximum.reduce(raw))
+    return raw, lo, hi
 
 
 def _ids_ascending(host_ids: Sequence[str]) -> bool:
@@ -208,8 +214,9 @@ def _select(
     # A table's ids as they are: a copy would lose what they know (ascending) and cost a pass.
     ids = host_ids if isinstance(host_ids, (tuple, TakenIds)) else tuple(host_ids)
     n = len(ids)
-    raws = [_effective_raw(n, u) for u in units]
-    points = [points_fn(u, r) for u, r in zip(units, raws, strict=True)]
+    bounded = [_effective_raw(n, u) for u in units]
+    raws = [r for r, _, _ in bounded]
+    points = [points_fn(u, r, lo, hi) for u, (r, lo, hi) in zip(units, bounded, strict=True)]
     totals = np.zeros(n, dtype=np.float64)
     for u, p in zip(units, points, strict=True):
         # A unit that weighs every host the same adds one number (the same sums, in the same order).
@@ -232,16 +239,23 @@ def _select(
 _COUNTING_SPAN: Final = 1 << 16
 
 
-def rank_points(raw: FloatArray, direction: Direction = Direction.LOWER_IS_BETTER) -> FloatArray:
+def rank_points(
+    raw: FloatArray,
+    direction: Direction = Direction.LOWER_IS_BETTER,
+    bounds: tuple[float, float] | None = None,
+) -> FloatArray:
     """Competition rank points: (n - 1) - (number of hosts strictly better).
 
     The best host earns n - 1; tied hosts share the higher number of points (the lower index), as in
     oVirt's RankSelectorPolicyUnit ("rank = the number of hosts with the same or worse weight").
+    `bounds`: the weights' least and greatest, when known.
     """
     n = raw.shape[0]
     if n == 0:
         return np.zeros(0)
-    lo, hi = float(raw.min()), float(raw.max())  # NaN when any is NaN: then sort
+    if bounds is None:
+        bounds = (float(np.minimum.reduce(raw)), float(np.maximum.reduce(raw)))  # NaN when any is NaN: sort
+    lo, hi = bounds
     if lo == hi:  # one weight everywhere (a unit with nothing to say about this VM): nobody is better
         return constant(n, n - 1.0)
     codes = _codes(raw, lo, hi)
@@ -300,7 +314,9 @@ def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: i
     lower wins);
     its value is sum(factor) x (n - 1) - score for every host, so both give the same order.
     """
-    return _select("RankSelector", host_ids, units, lambda u, r: rank_points(r, u.direction), True, top)
+    return _select(
+        "RankSelector", host_ids, units, lambda u, r, lo, hi: rank_points(r, u.direction, (lo, hi)), True, top
+    )
 
 
 # ------------------------------------------------------------------------------ maximum-based
@@ -316,12 +332,12 @@ def percent_of(raw: FloatArray, maximum: float, direction: Direction) -> FloatAr
     return pct if direction is Direction.LOWER_IS_BETTER else 100.0 - pct
 
 
-def _dynamic_points(unit: WeighedUnit, raw: FloatArray) -> FloatArray:
+def _dynamic_points(unit: WeighedUnit, raw: FloatArray, lo: float = math.nan, hi: float = math.nan) -> FloatArray:
     maximum = float(np.abs(raw).max()) if raw.size else 0.0
     return percent_of(raw, maximum, unit.direction)
 
 
-def _static_points(unit: WeighedUnit, raw: FloatArray) -> FloatArray:
+def _static_points(unit: WeighedUnit, raw: FloatArray, lo: float = math.nan, hi: float = math.nan) -> FloatArray:
     if unit.maximum is None:
         # A unit without a declared maximum falls back to this attempt's maximum.
         return _dynamic_points(unit, raw)
@@ -362,7 +378,9 @@ def min_max_points(raw: FloatArray, direction: Direction, minimum: float | None 
 
 def min_max_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: int | None = None) -> Selection:
     """Nova's weighing: sum of factor x min-max normalized weight; the highest wins."""
-    return _select("MinMaxSelector", host_ids, units, lambda u, r: min_max_points(r, u.direction, u.minimum), True, top)
+    return _select(
+        "MinMaxSelector", host_ids, units, lambda u, r, lo, hi: min_max_points(r, u.direction, u.minimum), True, top
+    )
 
 
 SELECTORS: Final[Mapping[str, SelectorFn]] = MappingProxyType(

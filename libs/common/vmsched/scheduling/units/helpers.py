@@ -79,8 +79,15 @@ def max_scheduling_memory_mb(hosts: HostTable) -> FloatArray:
     oVirt clamps it at 0 (VDS.calculateFreeSchedulingMemoryCache); the filter does not need to (a VM
     always needs > 0 MB) and keeps the sign so its reason adds up. Weights clamp.
     """
+    # The filter and the weights of a decision ask for it on the same columns: made once.
+    columns = ("physical_mem_mb", "mem_committed_mb", "reserved_mem_mb", "pending_mem_mb")
+    return hosts.derived("max_scheduling_memory_mb", columns, _max_scheduling_memory_mb)
+
+
+def _max_scheduling_memory_mb(hosts: HostTable) -> FloatArray:
     overcommitted = hosts.derived("overcommitted_mem_mb", ("physical_mem_mb",), _overcommitted_mem_mb)
-    return overcommitted - hosts.mem_committed_mb - hosts.reserved_mem_mb - hosts.pending_mem_mb
+    out: FloatArray = overcommitted - hosts.mem_committed_mb - hosts.reserved_mem_mb - hosts.pending_mem_mb
+    return out
 
 
 def _overcommitted_mem_mb(hosts: HostTable) -> FloatArray:
