@@ -22,6 +22,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
@@ -308,6 +309,17 @@ def test_pending_folded_in_or_not_reads_as_summed(hosts: list[HostState], data: 
         assert list(t.pending_vm_ids) == [frozenset(e.vm_id for e in expected[h]) for h in ids]
         assert t.pending_rows() == tuple(i for i, h in enumerate(ids) if expected[h])
         _lookups_as_scanned(t, data)
+
+
+def test_folding_nothing_into_a_table_with_pending_keeps_its_state_not_an_older_one() -> None:
+    plain = _table([host("h00", mem_free_mb=1000), host("h01", mem_free_mb=2000)])
+    pending = plain.with_pending([pend("h00", mem_mb=300)], now=T0)
+    assert pending.with_pending([], now=T0 + 1).pending_mem_mb.tolist() == [0.0, 0.0]
+    assert pending.with_pending([], now=T0 + 1).as_of == T0 + 1
+    changed = replace(pending, mem_free_mb=np.array([5.0, 6.0]))
+    again = changed.with_pending([], now=T0)
+    assert again.mem_free_mb.tolist() == [5.0, 6.0]
+    assert again.pending_mem_mb.tolist() == [0.0, 0.0]
 
 
 @FAST

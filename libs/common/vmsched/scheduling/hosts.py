@@ -580,6 +580,9 @@ class HostTable:
     #: (pending_vm_ids, the rows where it holds a VM): known when the column was built.
     _pending_rows: tuple[Sequence[frozenset[str]], tuple[int, ...]] | None = field(default=None, repr=False)
     _memo: _Memo = field(default_factory=_Memo, repr=False)
+    #: This whole-cluster table with nothing pending, when this one was made from it by folding
+    #: pending in: folding none in again gives it back instead of summing zeros.
+    _unpended: HostTable | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -652,6 +655,13 @@ class HostTable:
             # Nothing pending before or after (a simulation's usual decision): nothing to copy,
             # and a sub-table's columns stay its cluster's.
             return self._evolve(as_of=as_of)
+        unpended = self._unpended
+        if not placed and unpended is not None and self._same_state(unpended):
+            return unpended._evolve(as_of=as_of)
+        if not self._root:
+            unpended = None
+        elif self._nothing_pending():
+            unpended = self
         n = len(self)
         mem, vcpus, pinned, count = (np.zeros(n, dtype=np.float64) for _ in range(4))
         # Most hosts have nothing pending: they share one empty set.
@@ -674,7 +684,12 @@ class HostTable:
             # A sub-table's pending no longer is its cluster's: it reads its own rows from now on.
             _rows=None,
             _pending_rows=(pending_ids, tuple(sorted({i for i, _ in placed}))),
+            _unpended=unpended,
         )
+
+    def _same_state(self, other: HostTable) -> bool:
+        """Whether `other` has this table's hosts, settings and state columns (the same objects)."""
+        return all(getattr(self, name) is getattr(other, name) for name in _STATE_FIELDS)
 
     def _nothing_pending(self) -> bool:
         if self.pending_rows():
@@ -761,6 +776,7 @@ class HostTable:
             _rows=None,
             _pending_rows=self._pending_rows,
             _memo=memo,
+            _unpended=None,
             **cols,
         )
         return table
@@ -919,6 +935,7 @@ class HostTable:
             _rows=rows,
             _pending_rows=None,
             _memo=_Memo(),
+            _unpended=None,
             _lazy=lazy,
             **objects,
         )
@@ -1059,7 +1076,18 @@ __all__ = [
 ]
 
 # Keep the declarations honest: every dataclass column is in exactly one group.
-_PRIVATE = ("ids", "settings", "as_of", "_index", "_cluster", "_rows", "_pending_rows", "_memo")
+_PRIVATE = ("ids", "settings", "as_of", "_index", "_cluster", "_rows", "_pending_rows", "_memo", "_unpended")
+#: What a table is of, but for what is pending and the instant.
+_STATE_FIELDS: tuple[str, ...] = (
+    "ids",
+    "settings",
+    "_cluster",
+    *(
+        c
+        for c in (*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS, *OBJECT_COLUMNS)
+        if c not in (*PENDING_COLUMNS, "pending_vm_ids")
+    ),
+)
 _declared = {f for f in HostTable.__dataclass_fields__ if f not in _PRIVATE}
 assert _declared == {*NUMERIC_COLUMNS, *BOOLEAN_COLUMNS, *OBJECT_COLUMNS}, _declared ^ {
     *NUMERIC_COLUMNS,
