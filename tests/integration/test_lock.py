@@ -104,7 +104,8 @@ async def test_waiting_in_the_process_queue_is_bounded_by_the_acquire_timeout(lo
         with pytest.raises(LockTimeout, match="queued behind other requests"):
             async with locks.hold(cluster, timeout_s=0.2):
                 pass
-        assert time.monotonic() - begin < 1.0
+        # The regression this rules out waits until the holder leaves, which this one never does.
+        assert time.monotonic() - begin < 5.0
     async with locks.hold(cluster, timeout_s=1.0):  # the timed-out waiter left the queue cleanly
         pass
 
