@@ -24,7 +24,7 @@ from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.bus import dispatch
 from vmsched.bus.amqp import REPLY_TO
-from vmsched.contracts.asyncapi import asyncapi
+from vmsched_services.tools.asyncapi import asyncapi
 
 pytestmark = pytest.mark.e2e
 
