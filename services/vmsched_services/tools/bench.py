@@ -76,16 +76,17 @@ from vmsched.db import connect as connect_pg
 from vmsched.errors import VmschedError
 from vmsched.logging import configure
 from vmsched.scheduling.ha import check, naive_failing_hosts
+from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import DEFAULT_POLICY, FilterSequence, Policy, PolicyFilter, PolicyWeight
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.scheduling.units import BUILTIN_UNITS, validate_properties
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
-from vmsched.store.state_records import aggregate_host
 from vmsched_services.tools.procs import Supervisor, cpu_ms, local_server_pids, rss_mb
 from vmsched_services.tools.stats import percentile
 
@@ -360,7 +361,7 @@ def bench_ha(seed: int) -> dict[str, Any]:
 _BALANCE_PROPS: dict[str, str] = {
     "EnableAutomaticHostPowerManagement": "true",
     "HostsInReserve": "2",
-    "HaReservation": "true",
+    HA_RESERVATION_PROPERTY: "true",
 }
 _BALANCE_NOW = 1_700_000_000.0
 #: MaxFreeMemoryForOverUtilized above any bench host's memory: every host short, none a destination.
