@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/vmsched contracts --check
 
 test: setup lint
@@ -56,4 +57,4 @@ up: setup
 	$(BIN)/vmsched up
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache bench-results

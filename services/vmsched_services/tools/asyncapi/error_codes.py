@@ -20,7 +20,8 @@ def error_codes() -> dict[str, str]:
     refused here rather than described by its parent's.
     """
     codes: dict[str, str] = {}
-    for cls in [errors.VmschedError, *_subclasses(errors.VmschedError)]:
+    classes: list[type[errors.VmschedError]] = [errors.VmschedError, *_subclasses(errors.VmschedError)]
+    for cls in classes:
         if cls.__module__ != errors.__name__:
             continue  # vmsched raises only the tree's own (a subclass elsewhere is a test's or a tool's)
         code = cls.__dict__.get("code")
