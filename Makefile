@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make demo   set everything up, then run the simulated datacenter end to end
-#   make test   set everything up, then lint, type-check, check contracts/, run the whole test suite
+#   make test   set everything up, then lint, type-check, check the layers and contracts/, run the whole test suite
 # "Set up" means: a virtual environment with vmsched installed, the three servers answering
 # (started if they are installed locally), the database created if missing and migrated.
 
