@@ -15,7 +15,7 @@ from vmsched_services.tools.asyncapi.catalogue import ALL_MODELS, EVENTS, RPCS
 from vmsched_services.tools.asyncapi.wire import BINDING, DEAD_LETTER_HEADERS, TRAITS, VHOST
 
 
-def message(model: type[Message], traits: list[str]) -> dict[str, Any]:
+def message_entry(model: type[Message], traits: list[str]) -> dict[str, Any]:
     doc = (model.__doc__ or model.__name__).strip()
     message: dict[str, Any] = {
         "name": model.__name__,

@@ -19,7 +19,7 @@ def asyncapi() -> dict[str, Any]:
     _, top = models_json_schema([(m, "validation") for m in ALL_MODELS], ref_template="#/components/schemas/{model}")
     schemas: dict[str, Any] = dict(sorted(top.get("$defs", {}).items()))
     traits = channels.traits_by_model()
-    messages = {m.__name__: channels.message(m, traits[m]) for m in ALL_MODELS}
+    messages = {m.__name__: channels.message_entry(m, traits[m]) for m in ALL_MODELS}
     exchange = topology.exchanges()
     doc_channels, operations = channels.rpc_channels(topology.binding_exchange(exchange["rpc"]))
     event_channels, event_operations = channels.event_channels(topology.binding_exchange(exchange["events"]))

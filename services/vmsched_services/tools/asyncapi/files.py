@@ -12,13 +12,13 @@ from vmsched_services.tools.asyncapi.document import asyncapi
 
 def render() -> dict[str, str]:
     """Relative path -> file content, for everything under contracts/."""
-    files = {"asyncapi.json": dump(asyncapi())}
+    files = {"asyncapi.json": _dump(asyncapi())}
     for name, schema in message_schemas().items():
-        files[f"schemas/{name}.json"] = dump(schema)
+        files[f"schemas/{name}.json"] = _dump(schema)
     return files
 
 
-def dump(doc: Any) -> str:
+def _dump(doc: Any) -> str:
     return json.dumps(doc, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
 
 
