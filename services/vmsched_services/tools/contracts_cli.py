@@ -37,7 +37,7 @@ def _contracts_root(out: str | None) -> Path:
 
 
 def cmd_contracts(args: argparse.Namespace) -> int:
-    from vmsched.contracts.asyncapi import check, write
+    from vmsched_services.tools.asyncapi import check, write
 
     root = _contracts_root(args.out)
     if args.check:

@@ -11,11 +11,8 @@ from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import LocalSteps, Outcome, pending_entry, place, top_hosts
 from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.simulation.workload import Workload
-
-#: The policy property that tells the units the cluster keeps HA reservation (as an attached
-#: cluster's policy carries it).
-HA_RESERVATION_PROPERTY = "HaReservation"
 
 
 async def decide(

@@ -27,6 +27,7 @@ from vmsched.contracts import (
 )
 from vmsched.scheduling.balancing import balance_unit_of
 from vmsched.scheduling.cost import vm_cost
+from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.placement import Outcome
 from vmsched.scheduling.policy import Policy
@@ -36,7 +37,6 @@ from vmsched.simulation.deciding import decide, effective_policy
 from vmsched.simulation.events import EventQueue, Kind
 from vmsched.simulation.records import Counts, Flight, Sampler, Starting
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
-from vmsched.store.state_records import aggregate_host
 
 CLUSTER_ID = "sim"
 #: The packing bound's unit of CPU load, % of one CPU.

@@ -9,10 +9,11 @@ from functools import partial
 from typing import Any
 
 from vmsched.contracts import ClusterReport, HostReport, HostState, HostStatus, PendingEntry, VmReport, VmStatus
+from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.scheduling.units import BUILTIN_UNITS, validate_properties
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
-from vmsched.store.state_records import aggregate_host
 from vmsched_services.tools.bench.timing import best_ms
 
 #: The largest cluster the balance pass is measured on.
@@ -23,7 +24,7 @@ BALANCE_HOSTS_MAX = 10_000
 _BALANCE_PROPS: dict[str, str] = {
     "EnableAutomaticHostPowerManagement": "true",
     "HostsInReserve": "2",
-    "HaReservation": "true",
+    HA_RESERVATION_PROPERTY: "true",
 }
 _BALANCE_NOW = 1_700_000_000.0
 #: MaxFreeMemoryForOverUtilized above any bench host's memory: every host short, none a destination.
