@@ -988,10 +988,10 @@ async def test_request_refused_for_want_of_a_reply_consumer_is_sent_again(amqp_f
     route = amqp_factory.route()
     server, client = await amqp_factory("state-tracker"), _amqp_bus(await amqp_factory())
     await server.serve(route, StateRequest, echo_state)
-    assert client._rpc_channel is not None
-    assert client._reply_tag is not None
-    underlay = await client._rpc_channel.get_underlay_channel()
-    await underlay.basic_cancel(client._reply_tag)  # what a reopened channel looks like before the consumer is back
+    assert client.rpc.channel is not None
+    assert client.rpc.reply_tag is not None
+    underlay = await client.rpc.channel.get_underlay_channel()
+    await underlay.basic_cancel(client.rpc.reply_tag)  # what a reopened channel looks like before the consumer is back
     reply = await client.call(route, StateRequest(cluster_id="again"), ClusterState, timeout=5)
     assert reply.cluster_id == "again"
     assert (await client.call(route, StateRequest(cluster_id="after"), ClusterState)).cluster_id == "after"
