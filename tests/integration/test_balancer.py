@@ -23,7 +23,7 @@ from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
-from vmsched.scheduling.balancing import BalancePick
+from vmsched.scheduling.balancing import BalancePick, balance_pass
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.units.base import Migration, PolicyUnit, Props
@@ -191,14 +191,20 @@ class FixedPolicy(PolicyCache):
 
 @dataclass
 class Attempts:
-    """What balance_pass was given on each attempt; each attempt picks `a-vm0` off host a."""
+    """What balance_pass was given on each attempt at one of `clusters`; each such attempt picks `a-vm0`
+    off host a. balance_pass is patched where the balancer module reads it, so the module's running
+    balancer (the amqp run's, balancing other tests' clusters) comes through here too: its passes go
+    to the real balance_pass and are not recorded."""
 
+    clusters: set[str] = field(default_factory=set)
     tables: list[HostTable] = field(default_factory=list)
     movable: list[list[str]] = field(default_factory=list)
 
     def balance_pass(
         self, unit: PolicyUnit, props: Props, table: HostTable, movable: Sequence[VmReport]
     ) -> BalancePick:
+        if not any(v.cluster_id in self.clusters for v in movable):
+            return balance_pass(unit, props, table, movable)
         self.tables.append(table)
         self.movable.append([v.vm_id for v in movable])
         vm = next((v for v in movable if v.vm_id == "a-vm0"), None)
@@ -235,8 +241,10 @@ async def reading(bus_settings: Settings, redis_client: aioredis.Redis, monkeypa
     return Reading(cfg, rt, balancer, StateWriter(redis_client, cfg), attempts)
 
 
-async def two_hosts(writer: StateWriter, cluster: str) -> None:
-    """Hosts a (with VMs a-vm0..2) and b (empty)."""
+async def two_hosts(reading: Reading, cluster: str) -> None:
+    """Hosts a (with VMs a-vm0..2) and b (empty); the attempts at this cluster are recorded."""
+    reading.attempts.clusters.add(cluster)
+    writer = reading.writer
     await writer.apply_cluster(ClusterReport(cluster_id=cluster))
     for host in ("a", "b"):
         await writer.apply_host(
@@ -279,7 +287,7 @@ async def test_a_migration_completing_between_the_reads_is_still_counted_and_in_
     record, just after the balancer's first read. Pending read first, the VM is pending on b then
     counted on b by the state read after: never on no host, and not picked to move again."""
     cluster = f"order-{unique}"
-    await two_hosts(reading.writer, cluster)
+    await two_hosts(reading, cluster)
     async with ClusterLock(reading.rt.redis, reading.settings).hold(cluster) as lease:
         entry = pending_entry("a-vm0", "b", lease.token, mem_mb=1024, vcpus=1)
         await PendingStore(reading.rt.redis, reading.settings).record(cluster, [entry], lease.token)
@@ -304,7 +312,7 @@ async def test_the_hosts_table_is_kept_between_attempts_and_patched_by_state_ver
     """Two attempts in one cycle: at the same state version the second one rebuilds nothing; after a
     host report (a newer version) the table is patched from the change stream, not built again."""
     cluster = f"reuse-{unique}"
-    await two_hosts(reading.writer, cluster)
+    await two_hosts(reading, cluster)
     built: list[int] = []
     from_states = HostTable.from_states.__func__  # type: ignore[attr-defined]
 
@@ -363,7 +371,7 @@ async def test_hosts_and_vms_come_from_one_version_while_the_state_keeps_moving(
     the hosts: after a few tries the attempt reads both in one snapshot, so a VM is never on one host
     in the table and on another in its report."""
     cluster = f"moving-{unique}"
-    await two_hosts(reading.writer, cluster)
+    await two_hosts(reading, cluster)
     reads = reading.balancer.reads
     read_vms = reads._vms
     moves = 0
