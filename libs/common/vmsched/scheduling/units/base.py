@@ -154,7 +154,8 @@ class FilterVerdict:
 
 _NONE_REMOVED: IndexArray = np.zeros(0, dtype=np.intp)
 _NONE_REMOVED.flags.writeable = False
-#: keep_all's masks are views of this one (read-only: a verdict's mask is never written).
+#: keep_all's masks are views of this one (read-only: a verdict's mask is never written). Its
+#: content never changes, only its length (the largest table seen), so it carries no state.
 _ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
 
 
