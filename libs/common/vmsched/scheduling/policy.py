@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final, cast
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -115,14 +115,17 @@ class Policy(BaseModel):
         """The filter and weight calls, built once per policy object and kept by it: a simulation or
         a worker asks for them on every decision, and building them validates 20-odd messages."""
         items = tuple(self.properties.items())
-        known = self._calls.known
+        # Read from pydantic's dict of private values: `self._calls` goes through the model's
+        # __getattr__, which costs microseconds, more than the rest of this on every decision.
+        memo: _UnitCalls = cast("dict[str, Any]", self.__pydantic_private__)["_calls"]
+        known = memo.known
         # A copy (model_copy) shares this object's memo: it holds only for the fields it was built from.
         if known is not None and known[0] is self.filters and known[1] is self.weights and known[2] == items:
             return known[3], known[4]
         props = dict(self.properties)
         filters = tuple(UnitCall(unit=f.unit, properties=props) for f in self.ordered_filters())
         weights = tuple(UnitCall(unit=w.unit, factor=w.factor, properties=props) for w in self.weights)
-        self._calls.known = (self.filters, self.weights, items, filters, weights)
+        memo.known = (self.filters, self.weights, items, filters, weights)
         return filters, weights
 
     def validate_against(self, registry: Mapping[str, PolicyUnit]) -> None:

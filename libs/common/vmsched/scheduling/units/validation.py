@@ -82,29 +82,19 @@ class PropertyValidation:
     """The property sets one unit has validated: an LRU by the unit's own properties (sorted), and
     in front of it the sets exactly as policies give them, which need no sorting nor the LRU's lock."""
 
-    __slots__ = ("_fast", "cache")
+    __slots__ = ("cache", "fast")
 
     def __init__(self) -> None:
         self.cache = ValidationCache(CACHE_ENTRIES, CACHE_CHARS, ENTRY_CHARS)
-        self._fast: dict[tuple[tuple[str, str], ...], Validated] = {}
-
-    def __call__(self, unit: PolicyUnit, props: Mapping[str, str]) -> dict[str, str]:
-        """`unit`'s properties from `props`, validated (see validate_properties)."""
-        fast_key = tuple(props.items())
-        try:
-            fast = self._fast.get(fast_key)
-        except TypeError:  # a value that is not a string (not a property) cannot be a key: no shortcut
-            return dict(self._validated(unit, props))
-        if fast is None:
-            fast = self._validated(unit, props)
-            self._remember(fast_key, fast)
-        return dict(fast)
+        #: The properties exactly as given -> validated (read by validate_properties, kept by remember).
+        self.fast: dict[tuple[tuple[str, str], ...], Validated] = {}
 
     def clear(self) -> None:
-        self._fast.clear()
+        self.fast.clear()
         self.cache.clear()
 
-    def _validated(self, unit: PolicyUnit, props: Mapping[str, str]) -> Validated:
+    def validated(self, unit: PolicyUnit, props: Mapping[str, str]) -> Validated:
+        """`unit`'s properties from `props`, from the LRU or checked now (then kept there)."""
         given = tuple(sorted((k, v) for k, v in props.items() if k in unit.properties))
         cached = self.cache.get(given)
         if cached is not None:
@@ -126,16 +116,16 @@ class PropertyValidation:
         self.cache.put(given, result, sum(len(k) + len(v) for k, v in given))
         return result
 
-    def _remember(self, given: tuple[tuple[str, str], ...], validated: Validated) -> None:
+    def remember(self, given: tuple[tuple[str, str], ...], validated: Validated) -> None:
         """Keep a validated set under the properties exactly as given, when they are strings and
         small (at most ENTRY_CHARS characters)."""
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in given):
             return
         if sum(len(k) + len(v) for k, v in given) > ENTRY_CHARS:
             return
-        if len(self._fast) >= FAST_ENTRIES:
-            self._fast.clear()
-        self._fast[given] = validated
+        if len(self.fast) >= FAST_ENTRIES:
+            self.fast.clear()
+        self.fast[given] = validated
 
 
 def validate_properties(unit: PolicyUnit, props: Mapping[str, str]) -> dict[str, str]:
@@ -147,7 +137,17 @@ def validate_properties(unit: PolicyUnit, props: Mapping[str, str]) -> dict[str,
     unit of every request. A value longer than MAX_PROPERTY_VALUE raises PropertyTooLong before any
     regex runs.
     """
-    return unit.validation(unit, props)
+    # The fast path inline (no call but dict lookups): it runs for every unit of every decision.
+    validation = unit.validation
+    fast_key = tuple(props.items())
+    try:
+        fast = validation.fast.get(fast_key)
+    except TypeError:  # a value that is not a string (not a property) cannot be a key: no shortcut
+        return dict(validation.validated(unit, props))
+    if fast is None:
+        fast = validation.validated(unit, props)
+        validation.remember(fast_key, fast)
+    return dict(fast)
 
 
 def _clip(value: str, limit: int = 200) -> str:
