@@ -28,16 +28,6 @@ from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.balance import (
     UTILIZATION_THRESHOLD_PCT,
-    _by_hunger,
-    _cpu_reason,
-    _destination_mask,
-    _mem_limit,
-    _memory_reason,
-    _memory_sources,
-    _minutes,
-    _order,
-    _over_utilized,
-    _power_advice,
     cpu_hunger,
     effective_load,
     even_distribution_balance,
@@ -47,6 +37,16 @@ from vmsched.scheduling.units.balance import (
     power_saving_balance,
     sustained_for,
 )
+from vmsched.scheduling.units.balance_load import by_hunger as _by_hunger
+from vmsched.scheduling.units.balance_load import cpu_reason as _cpu_reason
+from vmsched.scheduling.units.balance_load import destination_mask as _destination_mask
+from vmsched.scheduling.units.balance_load import mem_limit as _mem_limit
+from vmsched.scheduling.units.balance_load import memory_reason as _memory_reason
+from vmsched.scheduling.units.balance_load import memory_sources as _memory_sources
+from vmsched.scheduling.units.balance_load import minutes as _minutes
+from vmsched.scheduling.units.balance_load import order_by as _order
+from vmsched.scheduling.units.balance_load import over_utilized as _over_utilized
+from vmsched.scheduling.units.balance_power import _power_advice
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome, Migration, Props, VmsByHost, prop_bool, prop_int
 from vmsched.scheduling.units.helpers import VCPU_CONSUMPTION_PCT, fmt_num, max_scheduling_memory_mb
 

@@ -40,7 +40,6 @@ from vmsched.contracts.base import (
 from vmsched.errors import InvalidProperty, InvalidRequest, PropertyTooLong, UnsupportedRegex
 from vmsched.scheduling.pipeline import run_filters, run_weights
 from vmsched.scheduling.policy import Policy
-from vmsched.scheduling.units import base
 from vmsched.scheduling.units.base import PropertySpec, ValidationCache, validate_properties
 from vmsched.scheduling.units.extra_specs import lookup
 from vmsched.scheduling.units.nova_resource_filters import RAM_RATIO
@@ -406,22 +405,22 @@ def test_the_cache_is_bounded_in_characters_and_entries() -> None:
 def test_distinct_long_property_values_do_not_grow_the_process_cache() -> None:
     """300 distinct 1 MB values once grew a worker by ~310 MB; now they are refused by length, and
     distinct values under the limit are held within the cache's character bound."""
-    base._CACHE.clear()
+    REGISTRY["MetricsWeigher"].validation.clear()
     unit = REGISTRY["MetricsWeigher"]
     for i in range(3000):
         setting = f"m{i}=1.0, " + ", ".join(f"metric{j}=-1.5" for j in range(60))
         assert len(setting) <= MAX_PROPERTY_VALUE
         validate_properties(unit, {"WeightSetting": setting})
-    assert 0 < base._CACHE.chars <= base._CACHE.max_chars
-    assert len(base._CACHE) < 3000
+    assert 0 < unit.validation.cache.chars <= unit.validation.cache.max_chars
+    assert len(unit.validation.cache) < 3000
     for i in range(300):
         with pytest.raises(PropertyTooLong):
             validate_properties(unit, {"WeightSetting": f"m{i}=1.0" + " " * 1_000_000})
-    assert base._CACHE.chars <= base._CACHE.max_chars
+    assert unit.validation.cache.chars <= unit.validation.cache.max_chars
 
 
 def test_a_cached_result_is_the_validated_one() -> None:
-    base._CACHE.clear()
+    REGISTRY["RamFilter"].validation.clear()
     unit = REGISTRY["RamFilter"]
     first = validate_properties(unit, {"RamAllocationRatio": "2.5", "Unrelated": "x"})
     again = validate_properties(unit, {"RamAllocationRatio": "2.5"})

@@ -1,7 +1,8 @@
 """The scheduling pipeline as pure functions: candidates, filter chain, weights, selection, summary.
 
 The oVirt/Nova pipeline: candidates, filters, weights, selection; with one host left there is
-nothing to weigh. The filter-worker runs `run_filters`, the weigher `run_weights` and `select`;
+nothing to weigh. Units are looked up by name in `units`, the caller's registry (the process's
+REGISTRY when not given). The filter-worker runs `run_filters`, the weigher `run_weights` and `select`;
 how they compose into a decision is vmsched.scheduling.placement.place, which the selector runs
 with steps over the bus and the in-process paths with placement.LocalSteps. Same code either way.
 """
@@ -9,7 +10,7 @@ with steps over the bus and the in-process paths with placement.LocalSteps. Same
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, overload
 
@@ -21,7 +22,7 @@ from vmsched.contracts.base import MAX_TEXT
 from vmsched.errors import SchedulingError
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
-from vmsched.scheduling.units import get_unit, validate_properties
+from vmsched.scheduling.units import REGISTRY, get_unit, validate_properties
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit
 
 _FILTERED: TypeAdapter[list[FilteredHost]] = TypeAdapter(list[FilteredHost])
@@ -157,7 +158,9 @@ class _Picked(Sequence[str]):
         return len(self._picks)
 
 
-def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> FilterOutcome:
+def run_filters(
+    hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall], *, units: Mapping[str, PolicyUnit] = REGISTRY
+) -> FilterOutcome:
     """Run the chain: each filter sees only the survivors of the previous one; stop when none is left.
 
     A filter that judges each host by its own row (`PolicyUnit.filter_by_row`) runs over the table
@@ -170,7 +173,7 @@ def run_filters(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> Filt
     for call in calls:
         if len(hosts) == 0 or (alive is not None and not alive.any()):
             break
-        unit = get_unit(call.unit)
+        unit = get_unit(call.unit, units)
         if alive is not None and not unit.filter_by_row:
             hosts, alive = hosts.take(alive), None
         verdict, gone = _filter(unit, hosts, vm, call)
@@ -203,11 +206,13 @@ def _filter(unit: PolicyUnit, hosts: HostTable, vm: VmSpec, call: UnitCall) -> t
     return verdict, gone
 
 
-def run_weights(hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall]) -> list[FloatArray]:
+def run_weights(
+    hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall], *, units: Mapping[str, PolicyUnit] = REGISTRY
+) -> list[FloatArray]:
     """Every unit's raw weight for every host, aligned with `hosts.ids`."""
     out: list[FloatArray] = []
     for call in calls:
-        unit = get_unit(call.unit)
+        unit = get_unit(call.unit, units)
         if unit.weight is None:
             raise SchedulingError(f"policy unit {unit.name} is not a weight unit", location="weights")
         raw = np.asarray(unit.weight(hosts, vm, validate_properties(unit, call.properties)), dtype=np.float64)
@@ -224,16 +229,17 @@ def select(
     selector: str = "RankSelector",
     *,
     top: int | None = None,
+    units: Mapping[str, PolicyUnit] = REGISTRY,
 ) -> ScoreTable:
     """Order the hosts best first and keep the whole table for the explanation (or, with `top`, only
     the best `top` hosts and their totals)."""
     fn = SELECTORS.get(selector)
     if fn is None:
         raise SchedulingError(f"unknown selector {selector!r}; known: {sorted(SELECTORS)}", location="selector")
-    units = []
+    weighed = []
     for call, raw in zip(calls, raws, strict=True):
-        unit = get_unit(call.unit)
-        units.append(
+        unit = get_unit(call.unit, units)
+        weighed.append(
             WeighedUnit(
                 unit=call.unit,
                 factor=call.factor,
@@ -243,18 +249,24 @@ def select(
                 minimum=unit.minimum,
             )
         )
-    return fn(host_ids, units, top=top).to_score_table(top)
+    return fn(host_ids, weighed, top=top).to_score_table(top)
 
 
 def rank(
-    hosts: HostTable, vm: VmSpec, calls: Sequence[UnitCall], selector: str, *, top: int | None = None
+    hosts: HostTable,
+    vm: VmSpec,
+    calls: Sequence[UnitCall],
+    selector: str,
+    *,
+    top: int | None = None,
+    units: Mapping[str, PolicyUnit] = REGISTRY,
 ) -> ScoreTable:
     """Weigh `hosts` for `vm` with every unit and rank them best first (`top`: only the best few,
     without the per-unit table). With no weight units the hosts keep their order, which is the
     cluster's stable host order, as oVirt keeps the filter order when nothing weighs."""
     if not calls:
         return unweighed(hosts.ids, selector, top=top)
-    return select(hosts.ids, calls, run_weights(hosts, vm, calls), selector, top=top)
+    return select(hosts.ids, calls, run_weights(hosts, vm, calls, units=units), selector, top=top, units=units)
 
 
 def screen(
@@ -265,13 +277,14 @@ def screen(
     selector: str,
     *,
     top: int | None = None,
+    units: Mapping[str, PolicyUnit] = REGISTRY,
 ) -> tuple[FilterOutcome, ScoreTable | None]:
     """The filter step: run the filters, then, when `weights` is given (None: weigh elsewhere) and
     two or more hosts survive, rank the survivors as the weigh step would."""
-    outcome = run_filters(hosts, vm, filters)
+    outcome = run_filters(hosts, vm, filters, units=units)
     if weights is None or len(outcome.survivors) < 2:
         return outcome, None
-    return outcome, rank(outcome.survivors, vm, weights, selector, top=top)
+    return outcome, rank(outcome.survivors, vm, weights, selector, top=top, units=units)
 
 
 def unweighed(host_ids: Sequence[str], selector: str, *, top: int | None = None) -> ScoreTable:
@@ -280,7 +293,13 @@ def unweighed(host_ids: Sequence[str], selector: str, *, top: int | None = None)
     return ScoreTable(selector=selector, hosts=kept, units=[], totals=[0.0] * len(kept))
 
 
-def summarize(candidates: int, available: int, removed: Sequence[Removal | FilteredHost]) -> str:
+def summarize(
+    candidates: int,
+    available: int,
+    removed: Sequence[Removal | FilteredHost],
+    *,
+    units: Mapping[str, PolicyUnit] = REGISTRY,
+) -> str:
     """The aggregate line: `3/50 hosts available: 30 Memory (insufficient free memory), 17 Network (...)`.
 
     When every host a filter removed was removed for the same reason, that reason is shown;
@@ -305,7 +324,7 @@ def summarize(candidates: int, available: int, removed: Sequence[Removal | Filte
         why = reason
         if why is None:
             try:
-                why = get_unit(name).summary or name
+                why = get_unit(name, units).summary or name
             except SchedulingError:
                 why = name
         parts.append(f"{n} {name} ({why})")

@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final, cast
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from vmsched.contracts import UnitCall
 from vmsched.contracts.base import Name, PropertyValue
@@ -41,6 +41,41 @@ class PolicyWeight(BaseModel):
     factor: int = Field(1, ge=-1_000_000, le=1_000_000)
 
 
+#: (filters, weights, properties' items, filter calls, weight calls), as a policy built its calls.
+_Known = tuple[
+    tuple[PolicyFilter, ...],
+    tuple[PolicyWeight, ...],
+    tuple[tuple[str, str], ...],
+    tuple[UnitCall, ...],
+    tuple[UnitCall, ...],
+]
+
+
+class _UnitCalls:
+    """A policy's filter and weight calls once built (Policy._unit_calls), with the fields they were
+    built from. Not part of the policy's value: every memo equals every other, so two policies with
+    the same fields are equal whether or not either has built its calls; a deep copy or a pickle
+    starts empty."""
+
+    __slots__ = ("known",)
+
+    def __init__(self) -> None:
+        #: None before the first use.
+        self.known: _Known | None = None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _UnitCalls)
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _UnitCalls:
+        return _UnitCalls()
+
+    def __reduce__(self) -> tuple[type[_UnitCalls], tuple[()]]:
+        return _UnitCalls, ()
+
+
 class Policy(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -58,6 +93,8 @@ class Policy(BaseModel):
     is_default: bool = False
     #: The stored version (every stored change adds one); 1 for a policy not stored yet.
     version: int = Field(1, ge=1)
+    #: The unit calls, kept by the policy object that built them (see _unit_calls).
+    _calls: _UnitCalls = PrivateAttr(default_factory=_UnitCalls)
 
     def ordered_filters(self) -> list[PolicyFilter]:
         """`first` filters, then unordered ones, then `last` ones; stable within each group."""
@@ -69,24 +106,26 @@ class Policy(BaseModel):
         return [f.unit for f in self.ordered_filters()]
 
     def filter_calls(self) -> list[UnitCall]:
-        return list(self._calls()[0])
+        return list(self._unit_calls()[0])
 
     def weight_calls(self) -> list[UnitCall]:
-        return list(self._calls()[1])
+        return list(self._unit_calls()[1])
 
-    def _calls(self) -> tuple[tuple[UnitCall, ...], tuple[UnitCall, ...]]:
-        """The filter and weight calls, built once per policy object: a simulation or a worker asks
-        for them on every decision, and building them validates 20-odd messages."""
+    def _unit_calls(self) -> tuple[tuple[UnitCall, ...], tuple[UnitCall, ...]]:
+        """The filter and weight calls, built once per policy object and kept by it: a simulation or
+        a worker asks for them on every decision, and building them validates 20-odd messages."""
         items = tuple(self.properties.items())
-        known = _CALLS.get(id(self))
-        if known is not None and known[0] is self and known[1] == items:
-            return known[2], known[3]
+        # Read from pydantic's dict of private values: `self._calls` goes through the model's
+        # __getattr__, which costs microseconds, more than the rest of this on every decision.
+        memo: _UnitCalls = cast("dict[str, Any]", self.__pydantic_private__)["_calls"]
+        known = memo.known
+        # A copy (model_copy) shares this object's memo: it holds only for the fields it was built from.
+        if known is not None and known[0] is self.filters and known[1] is self.weights and known[2] == items:
+            return known[3], known[4]
         props = dict(self.properties)
         filters = tuple(UnitCall(unit=f.unit, properties=props) for f in self.ordered_filters())
         weights = tuple(UnitCall(unit=w.unit, factor=w.factor, properties=props) for w in self.weights)
-        if len(_CALLS) >= _MAX_CALLS:
-            _CALLS.clear()
-        _CALLS[id(self)] = (self, items, filters, weights)
+        memo.known = (self.filters, self.weights, items, filters, weights)
         return filters, weights
 
     def validate_against(self, registry: Mapping[str, PolicyUnit]) -> None:
@@ -106,11 +145,6 @@ class Policy(BaseModel):
                 raise SchedulingError(f"policy {self.name}: unit {w.unit} is not a weight unit")
             validate_properties(unit, self.properties)
 
-
-#: id(policy) -> (the policy, its properties, its filter calls, its weight calls); the entry holds the
-#: policy, so its id is not reused while the entry lives.
-_CALLS: dict[int, tuple[Policy, tuple[tuple[str, str], ...], tuple[UnitCall, ...], tuple[UnitCall, ...]]] = {}
-_MAX_CALLS = 256
 
 # ---------------------------------------------------------------------------- built-in policies
 # Ids are oVirt's, so an operator moving from oVirt recognizes them.

@@ -37,8 +37,6 @@ Conventions
 from __future__ import annotations
 
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -48,10 +46,9 @@ from uuid import UUID, uuid5
 import numpy as np
 
 from vmsched.contracts import VmReport, VmSpec
-from vmsched.contracts.base import MAX_PROPERTY_VALUE
-from vmsched.errors import InvalidProperty, PropertyTooLong
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
 from vmsched.scheduling.units.regex_audit import ambiguity
+from vmsched.scheduling.units.validation import PropertyValidation, ValidationCache, validate_properties
 
 Props = Mapping[str, str]
 
@@ -157,7 +154,8 @@ class FilterVerdict:
 
 _NONE_REMOVED: IndexArray = np.zeros(0, dtype=np.intp)
 _NONE_REMOVED.flags.writeable = False
-#: keep_all's masks are views of this one (read-only: a verdict's mask is never written).
+#: keep_all's masks are views of this one (read-only: a verdict's mask is never written). Its
+#: content never changes, only its length (the largest table seen), so it carries no state.
 _ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
 
 
@@ -265,6 +263,8 @@ class PolicyUnit:
     #: over hosts an earlier filter removed and drops those from its verdict, rather than copying
     #: the table between filters. Built-in units only (a plugin's is always False).
     filter_by_row: bool = False
+    #: The property sets this unit has validated (validate_properties), kept as long as the unit.
+    validation: PropertyValidation = field(default_factory=PropertyValidation, init=False, repr=False)
 
     @property
     def id(self) -> UUID:
@@ -274,126 +274,6 @@ class PolicyUnit:
     def kinds(self) -> tuple[str, ...]:
         kinds = (("filter", self.filter), ("weight", self.weight), ("balance", self.balance))
         return tuple(k for k, fn in kinds if fn is not None)
-
-
-def validate_properties(unit: PolicyUnit, props: Props) -> dict[str, str]:
-    """The unit's properties from `props` (defaults filled in), each checked against its regex.
-
-    Properties the unit does not declare are ignored here: a policy's properties are shared by all
-    of its units (as in oVirt), so each unit picks its own. Results are cached: a policy's
-    properties are the same on every request, and this runs for every unit of every request.
-    A value longer than MAX_PROPERTY_VALUE raises PropertyTooLong before any regex runs.
-    """
-    # A policy's properties come the same, in the same order, on every call: that key needs no
-    # sorting nor the LRU's lock (this runs for every unit of every decision).
-    fast_key = (unit, tuple(props.items()))
-    try:
-        fast = _FAST.get(fast_key)
-    except TypeError:  # a value that is not a string (not a property) cannot be a key: no shortcut
-        return dict(_validated(unit, props))
-    if fast is None:
-        fast = _validated(unit, props)
-        _remember(fast_key, fast)
-    return dict(fast)
-
-
-def _validated(unit: PolicyUnit, props: Props) -> _Validated:
-    given = tuple(sorted((k, v) for k, v in props.items() if k in unit.properties))
-    key = (unit, given)
-    cached = _CACHE.get(key)
-    if cached is not None:
-        return cached
-    # Every length first: no regex runs while any value is over the bound.
-    for name, text in given:
-        if len(text) > MAX_PROPERTY_VALUE:
-            raise PropertyTooLong(unit.name, name, text, unit.properties[name].regex, MAX_PROPERTY_VALUE)
-    values = dict(given)
-    out: list[tuple[str, str]] = []
-    for name, spec in unit.properties.items():
-        value = values.get(name, spec.default)
-        if value is None:
-            continue
-        if not spec.matches(value):
-            raise InvalidProperty(unit.name, name, _clip(value), spec.regex)
-        out.append((name, value))
-    result = tuple(out)
-    _CACHE.put(key, result, sum(len(k) + len(v) for k, v in given))
-    return result
-
-
-def _remember(key: tuple[PolicyUnit, tuple[tuple[str, str], ...]], validated: _Validated) -> None:
-    """Keep a validated set under the properties exactly as given, when they are small (at most
-    _FAST_MAX_ENTRIES x _FAST_MAX_CHARS characters, 1 Mi; when full, it starts over)."""
-    given = key[1]
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in given):
-        return
-    if sum(len(k) + len(v) for k, v in given) > _FAST_MAX_CHARS:
-        return
-    if len(_FAST) >= _FAST_MAX_ENTRIES:
-        _FAST.clear()
-    _FAST[key] = validated
-
-
-def _clip(value: str, limit: int = 200) -> str:
-    """A value short enough for an error message (the error travels in a bounded reply)."""
-    return value if len(value) <= limit else value[: limit - 3] + "..."
-
-
-_Key = tuple[PolicyUnit, tuple[tuple[str, str], ...]]
-_Validated = tuple[tuple[str, str], ...]
-
-
-class ValidationCache:
-    """An LRU of validated property sets, bounded in entries *and* in characters held.
-
-    Keys hold the property values, so an entry count alone does not bound memory: 4096 entries of
-    1 MB values would be 4 GB. Keys longer than `max_entry_chars` are not cached at all (a policy's
-    real properties are a few short numbers, so they always fit).
-    """
-
-    def __init__(self, max_entries: int, max_chars: int, max_entry_chars: int) -> None:
-        self.max_entries, self.max_chars, self.max_entry_chars = max_entries, max_chars, max_entry_chars
-        self._entries: OrderedDict[_Key, tuple[_Validated, int]] = OrderedDict()
-        self.chars = 0
-        # Process-global like the lru_cache it replaces, which was thread-safe: so is this.
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: _Key) -> _Validated | None:
-        with self._lock:
-            found = self._entries.get(key)
-            if found is None:
-                return None
-            self._entries.move_to_end(key)
-            return found[0]
-
-    def put(self, key: _Key, value: _Validated, chars: int) -> None:
-        if chars > self.max_entry_chars:
-            return
-        with self._lock:
-            old = self._entries.pop(key, None)
-            if old is not None:
-                self.chars -= old[1]
-            self._entries[key] = (value, chars)
-            self.chars += chars
-            while len(self._entries) > self.max_entries or self.chars > self.max_chars:
-                _, (_, dropped) = self._entries.popitem(last=False)
-                self.chars -= dropped
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self.chars = 0
-
-
-#: 4096 property sets of at most 4 KiB each, 1 Mi characters in all: a few MB at worst.
-_CACHE = ValidationCache(max_entries=4096, max_chars=1 << 20, max_entry_chars=4096)
-#: (unit, properties as given) -> validated, for the properties of the policies in use.
-_FAST: dict[tuple[PolicyUnit, tuple[tuple[str, str], ...]], _Validated] = {}
-_FAST_MAX_ENTRIES = 256
-_FAST_MAX_CHARS = 4096
 
 
 def prop_int(props: Props, name: str, default: int) -> int:

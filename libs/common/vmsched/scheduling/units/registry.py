@@ -1,9 +1,15 @@
 """Every policy unit by name: the ones vmsched ships, then the plugins' (vmsched.scheduling.units.plugins).
 
-The registry is built on first use, not at import: loading plugins imports other packages and logs
+A registry is an object its caller builds and holds (`UnitRegistry(BUILTIN_UNITS)`); the functions
+that look units up take one (`get_unit(name, registry)`, the pipeline's `units=`). `REGISTRY` is the
+process's own, the one documented owner of the installed plugins: the runner loads it with the
+service's settings, the CLI lists it, and code not handed another registry reads it. Tests that
+install or change plugins build their own, or `reset()` it.
+
+A registry is built on first use, not when made: loading plugins imports other packages and logs
 what it refuses, which a service wants after its logging is configured (the runner calls
 `REGISTRY.load(settings)` right after, before any service starts), and `vmsched --help` does not
-want at all. Built once per process; what it holds never changes after that.
+want at all. Built once; what it holds never changes after that, until `reset`.
 """
 
 from __future__ import annotations
@@ -83,6 +89,12 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
         self._built()
         return self
 
+    def reset(self) -> None:
+        """Forget the loaded plugins (and refusals): the next use loads the entry points again."""
+        with self._lock:
+            self._units = None
+            self._refused = ()
+
     @property
     def call_limit_s(self) -> float:
         return self._limit.seconds
@@ -150,10 +162,12 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
         return f"UnitRegistry({state})"
 
 
+#: The process's registry: the built-in units and the installed plugins (see the module doc).
 REGISTRY = UnitRegistry(BUILTIN_UNITS)
 
 
 def get_unit(name: str, registry: Mapping[str, PolicyUnit] = REGISTRY) -> PolicyUnit:
+    """The unit called `name` in `registry` (the process's when not given); UnknownPolicyUnit if none."""
     try:
         return registry[name]
     except KeyError:
