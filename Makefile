@@ -1,6 +1,6 @@
 # The two commands of the README:
 #   make demo   set everything up, then run the simulated datacenter end to end
-#   make test   set everything up, then lint, type-check, check contracts/, run the whole test suite
+#   make test   set everything up, then lint, type-check, check the layers and contracts/, run the whole test suite
 # "Set up" means: a virtual environment with vmsched installed, the three servers answering
 # (started if they are installed locally), the database created if missing and migrated.
 
@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/vmsched contracts --check
 
 test: setup lint
@@ -56,4 +57,4 @@ up: setup
 	$(BIN)/vmsched up
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache bench-results
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .import_linter_cache bench-results

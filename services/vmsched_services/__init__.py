@@ -1,34 +1,45 @@
 """vmsched services: one sub-package per service, each a thin shell over the vmsched library.
 
 `SERVICES` maps the name used by `vmsched run NAME` (and deploy/compose.yml) to the coroutine that
-starts that service's consumers on a Runtime. Order is start order for `vmsched up`.
+starts that service's consumers on a Runtime. Order is start order for `vmsched up`. Each service's
+module is imported when it is started, not when this package is: `vmsched --help` and the light
+commands load no service, NumPy or server driver.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
+from typing import TYPE_CHECKING, cast
 
-from vmsched.runtime import Runtime
-from vmsched_services.balancer.service import start as _balancer
-from vmsched_services.filter_worker.service import start as _filter_worker
-from vmsched_services.ha_monitor.service import start as _ha_monitor
-from vmsched_services.policy_admin.service import start as _policy_admin
-from vmsched_services.selector.service import start as _selector
-from vmsched_services.state_tracker.service import start as _state_tracker
-from vmsched_services.weigher.service import start as _weigher
+if TYPE_CHECKING:
+    from vmsched.runtime import Runtime
 
-ServiceStart = Callable[[Runtime], Awaitable[object]]
+ServiceStart = Callable[["Runtime"], Awaitable[object]]
+
+
+@dataclass(frozen=True)
+class _Starter:
+    """`start(rt)` of the service package `package`, imported on the first call."""
+
+    package: str
+
+    async def __call__(self, rt: Runtime) -> object:
+        module = importlib.import_module(f"vmsched_services.{self.package}.service")
+        return await cast(ServiceStart, module.start)(rt)
+
 
 SERVICES: Mapping[str, ServiceStart] = MappingProxyType(
     {
-        "state-tracker": _state_tracker,
-        "filter-worker": _filter_worker,
-        "weigher": _weigher,
-        "selector": _selector,
-        "ha-monitor": _ha_monitor,
-        "balancer": _balancer,
-        "policy-admin": _policy_admin,
+        "state-tracker": _Starter("state_tracker"),
+        "filter-worker": _Starter("filter_worker"),
+        "weigher": _Starter("weigher"),
+        "selector": _Starter("selector"),
+        "ha-monitor": _Starter("ha_monitor"),
+        "balancer": _Starter("balancer"),
+        "policy-admin": _Starter("policy_admin"),
     }
 )
 

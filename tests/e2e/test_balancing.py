@@ -114,7 +114,10 @@ async def test_killing_the_lease_holder_hands_the_cluster_to_another_balancer(st
             second = await asyncio.wait_for(got.get(), 10 * INTERVAL_S)
             took = asyncio.get_running_loop().time() - killed_at
             assert second.vm_id != first.vm_id  # the first is in flight, never picked twice
-            assert took <= INTERVAL_S + stack.settings.lease_ttl_s + 1.0, took
+            # A lease of 0.6 s and an interval of 1 s: the next holder works the cluster within about
+            # 2 s on an idle machine; only a lease that outlives its holder (the default TTL is 20 s)
+            # comes near this bound.
+            assert took <= INTERVAL_S + stack.settings.lease_ttl_s + 6.0, took
             new_holder = await leases.holder(cluster)
             assert new_holder is not None
             assert new_holder != holder

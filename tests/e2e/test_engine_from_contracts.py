@@ -4,7 +4,7 @@ tests/e2e/contract_engine.py (aio-pika, jsonschema and the JSON files; no vmsche
 wire name spelt out) is copied with contracts/ into a scratch directory and run there as a
 subprocess in which vmsched cannot even be imported, against the service processes, under the
 run's AMQP prefix. If the engine needs to know something contracts/ does not say, this fails: say
-it in asyncapi.json (vmsched.contracts.asyncapi), not in the engine.
+it in asyncapi.json (vmsched_services.tools.asyncapi), not in the engine.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.bus import dispatch
 from vmsched.bus.amqp import REPLY_TO
-from vmsched.contracts.asyncapi import asyncapi
+from vmsched_services.tools.asyncapi import asyncapi
 
 pytestmark = pytest.mark.e2e
 

@@ -1,6 +1,10 @@
-"""The fault experiments, short: seconds each. Every threshold is asserted; the figures are printed.
+"""The fault experiments, short: seconds each. Every invariant is asserted (nothing lost, nothing
+placed twice, no host over-committed, every bad message refused, memory bounded); the figures are printed.
 
-The long versions (the sizes the thresholds are stated for) run with `vmsched chaos --long`.
+Latency and recovery-time thresholds belong to the long versions (`vmsched chaos --long`, the sizes the
+thresholds are stated for, on a machine of their own): here they are held only to bounds that a real
+regression crosses (a wedged consumer, a lock kept to its hold timeout), never to how fast a shared,
+busy CI machine happens to be. Each check's line says whether the long run's bound held too.
 """
 
 from __future__ import annotations
@@ -20,13 +24,13 @@ def _verdict(result_failures: list[str]) -> str:
 
 
 async def test_worker_kill(chaos_settings: Settings, tmp_path: Path) -> None:
-    """SIGKILLed filter-workers and weighers: every request answered within 5 s, none lost or placed twice."""
+    """SIGKILLed filter-workers and weighers: every request answered, none lost or placed twice."""
     result = await run_short("worker_kill", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())
 
 
 async def test_selector_kill(chaos_settings: Settings, tmp_path: Path) -> None:
-    """SIGKILLed selectors: no over-committed host, >= 99 % answered within 5 s, all within acquire + 5 s."""
+    """SIGKILLed selectors: no over-committed host, none lost or placed twice, every request answered."""
     result = await run_short("selector_kill", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())
 
@@ -38,12 +42,12 @@ async def test_stale_holder(chaos_settings: Settings, tmp_path: Path) -> None:
 
 
 async def test_broker_drop(chaos_settings: Settings, tmp_path: Path) -> None:
-    """Broker connections closed and Redis clients killed (this run's own only): 0 lost, recovery <= 5 s."""
+    """Broker connections closed and Redis clients killed (this run's own only): 0 lost, 0 duplicates, recovered."""
     result = await run_short("broker_drop", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())
 
 
 async def test_hostile_input(chaos_settings: Settings, tmp_path: Path) -> None:
-    """Hostile messages: all refused, no crash or wedge, valid requests within 1 s, RSS growth <= 20 MB."""
+    """Hostile messages: all refused, no crash or wedge, every valid request answered, RSS growth <= 20 MB."""
     result = await run_short("hostile_input", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())

@@ -67,8 +67,10 @@ pytestmark = pytest.mark.integration
 #: (queue, reason, body) of one dead letter (Bus.dead_letters() gives more).
 DeadLetterRow = tuple[str, str, bytes]
 
-#: Slack on top of a call's timeout before a test calls the bound broken (no speed assertions).
-SLACK_S = 2.0
+#: Slack on top of a call's timeout before a test calls the bound broken (no speed assertions): the
+#: regressions these bounds rule out wait for a handler that never returns or for a 10 s timeout, so
+#: 5 s of slack holds on a busy 2-core machine and still tells them apart.
+SLACK_S = 5.0
 
 
 # ---------------------------------------------------------------------------------------- factories
@@ -670,7 +672,6 @@ async def test_request_of_a_killed_server_is_redelivered_to_another(amqp_factory
         return cluster_state(request.cluster_id)
 
     await first.serve(route, StateRequest, stuck)
-    started = time.monotonic()
     call = asyncio.create_task(client.call(route, StateRequest(cluster_id="c1"), ClusterState, timeout=5))
     try:
         await asyncio.wait_for(taken.wait(), 5)
@@ -681,8 +682,7 @@ async def test_request_of_a_killed_server_is_redelivered_to_another(amqp_factory
         hold.set()
         call.cancel()
     assert reply.cluster_id == "c1"
-    assert second_saw == ["c1"]
-    assert time.monotonic() - started < 5
+    assert second_saw == ["c1"]  # within the call's 5 s deadline, or the call had raised RpcTimeout
 
 
 async def test_request_past_its_deadline_is_dead_lettered_not_handled(amqp_factory: AmqpFactory, unique: str) -> None:
@@ -784,7 +784,8 @@ async def test_bus_recovers_after_the_broker_drops_its_connections(amqp_factory:
     recovered_in = time.monotonic() - lost[0]
     assert reply.cluster_id == "after", errors
     # Both ends reconnect every amqp_reconnect_interval_s (1 s); the old 5 s wait is gone.
-    assert recovered_in < 3 * amqp_factory.settings.amqp_reconnect_interval_s + SLACK_S, (recovered_in, errors)
+    # This bound must stay below the old 5 s wait to tell it apart, so it keeps its own 2 s of slack.
+    assert recovered_in < 3 * amqp_factory.settings.amqp_reconnect_interval_s + 2.0, (recovered_in, errors)
     print(f"calls succeeded again {recovered_in:.2f} s after rabbitmqctl closed the client's connection")
 
 
@@ -987,10 +988,10 @@ async def test_request_refused_for_want_of_a_reply_consumer_is_sent_again(amqp_f
     route = amqp_factory.route()
     server, client = await amqp_factory("state-tracker"), _amqp_bus(await amqp_factory())
     await server.serve(route, StateRequest, echo_state)
-    assert client._rpc_channel is not None
-    assert client._reply_tag is not None
-    underlay = await client._rpc_channel.get_underlay_channel()
-    await underlay.basic_cancel(client._reply_tag)  # what a reopened channel looks like before the consumer is back
+    assert client.rpc.channel is not None
+    assert client.rpc.reply_tag is not None
+    underlay = await client.rpc.channel.get_underlay_channel()
+    await underlay.basic_cancel(client.rpc.reply_tag)  # what a reopened channel looks like before the consumer is back
     reply = await client.call(route, StateRequest(cluster_id="again"), ClusterState, timeout=5)
     assert reply.cluster_id == "again"
     assert (await client.call(route, StateRequest(cluster_id="after"), ClusterState)).cluster_id == "after"

@@ -29,7 +29,6 @@ from vmsched.contracts import (
     VmSpec,
     WeighRequest,
 )
-from vmsched.contracts.asyncapi import ALL_MODELS
 from vmsched.contracts.base import (
     MAX_EXTRA_SPECS,
     MAX_IMAGE_PROPERTY_VALUE,
@@ -48,6 +47,7 @@ from vmsched.scheduling.units.nova_resource_filters import RAM_RATIO
 from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.registry import REGISTRY
 from vmsched.store.state_records import MAX_TRUSTED_BYTES, parse_stored
+from vmsched_services.tools.asyncapi import ALL_MODELS
 
 #: A value built to make a backtracking regex over digits work hardest: digits, then a mismatch.
 HOSTILE = "0." + "1" * 100_000 + "x"

@@ -20,7 +20,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import vmsched
 from vmsched import errors
-from vmsched_services.tools import cli
+from vmsched_services.tools import units_cli
 from vmsched_services.tools.cli import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -29,10 +29,10 @@ from vmsched_services.tools.cli import (
     EXIT_OK,
     EXIT_USAGE,
     build_parser,
-    checkout_contracts,
     explain_failure,
     main,
 )
+from vmsched_services.tools.contracts_cli import checkout_contracts
 
 NOWHERE = "127.0.0.1:1"  # a port nothing listens on: connections are refused at once
 
@@ -58,7 +58,7 @@ def failing_command(monkeypatch: pytest.MonkeyPatch, exc: BaseException) -> None
     def boom(args: argparse.Namespace) -> int:
         raise exc
 
-    monkeypatch.setattr(cli, "cmd_units_list", boom)
+    monkeypatch.setattr(units_cli, "cmd_units_list", boom)
 
 
 # ---------------------------------------------------------------------- version and help

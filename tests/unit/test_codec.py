@@ -232,15 +232,26 @@ def test_each_unknown_field_is_logged_once_per_message_type_and_field() -> None:
 @pytest.mark.usefixtures("fresh_codec_logger")
 def test_unknown_field_logging_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     """A publisher inventing a field name per message cannot grow the logged set (or the log) without end."""
-    monkeypatch.setattr(codec, "_UNKNOWN_LOGGED", set())
-    monkeypatch.setattr(codec, "UNKNOWN_LOGGED_MAX", 3)
+    monkeypatch.setattr(codec, "UNKNOWN_FIELDS", codec.UnknownFields(limit=3))
     with structlog.testing.capture_logs() as logs:
         for i in range(20):
             assert decode(_with_fields(HOST, **{f"f{i}" + "x" * 500: i}), HostReport) == HOST
     assert len(_unknown_field_warnings(logs)) == 3
     assert all(len(str(field)) <= codec.UNKNOWN_NAME_MAX for _, field in _unknown_field_warnings(logs))
     assert [e["event"] for e in logs].count("too many different unknown fields: no more are logged") == 1
-    assert len(codec._UNKNOWN_LOGGED) == 4
+    assert len(codec.UNKNOWN_FIELDS) == 4
+
+
+@pytest.mark.usefixtures("fresh_codec_logger")
+def test_a_reset_logs_a_field_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(codec, "UNKNOWN_FIELDS", codec.UnknownFields())
+    field = f"c_{uuid.uuid4().hex[:8]}"
+    with structlog.testing.capture_logs() as logs:
+        decode(_with_fields(HOST, **{field: 1}), HostReport)
+        decode(_with_fields(HOST, **{field: 1}), HostReport)
+        codec.UNKNOWN_FIELDS.reset()
+        decode(_with_fields(HOST, **{field: 1}), HostReport)
+    assert _unknown_field_warnings(logs) == [("HostReport", field)] * 2
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 from vmsched import constants, errors
 from vmsched.bus import dispatch
 from vmsched.contracts import ClusterReport, HostReport, Message, ScheduleRequest, VmReport, VmSpec
-from vmsched.contracts.asyncapi import ALL_MODELS, EVENTS, RPCS, asyncapi, check
 from vmsched.contracts.base import EngineEvent
+from vmsched_services.tools.asyncapi import ALL_MODELS, EVENTS, RPCS, asyncapi, check
 
 ROOT = Path(__file__).resolve().parents[2]
 

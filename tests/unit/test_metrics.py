@@ -25,6 +25,17 @@ def test_the_first_clusters_keep_their_own_label_and_later_ones_share_one() -> N
     assert len(labels) == 2
 
 
+def test_reset_forgets_the_clusters_seen() -> None:
+    labels = ClusterLabels(limit=1)
+    assert labels("c1") == "c1"
+    assert labels("c2") == OTHER_CLUSTERS
+    labels.reset(limit=2)
+    assert len(labels) == 0
+    assert labels("c2") == "c2"
+    assert labels("c3") == "c3"
+    assert labels("c1") == OTHER_CLUSTERS
+
+
 def test_no_cluster_id_can_take_the_overflow_label() -> None:
     # Were it a valid id, that cluster's figures would be mixed into the overflow's.
     with pytest.raises(ValidationError):

@@ -353,9 +353,9 @@ def test_a_plugin_call_over_the_limit_fails_naming_unit_time_and_bound(capsys: p
     with pytest.raises(SchedulingError) as info:
         unit.filter(hosts, vm(), validate_properties(unit, {"Nap": "0.12"}))
     message = str(info.value)
-    assert message.startswith(f"filters: plugin unit SleepyFilter ({reg.origin('SleepyFilter')}) took 0.1")
+    assert message.startswith(f"filters: plugin unit SleepyFilter ({reg.origin('SleepyFilter')}) took ")
     took = float(message.split(" took ")[1].split(" s ")[0])
-    assert 0.12 <= took < 1.0
+    assert took >= 0.12  # the nap it was asked for; a busy machine only makes it longer
     assert message.endswith("over the 0.05 s bound (VMSCHED_PLUGIN_CALL_LIMIT_S)")
     assert info.value.location == "filters"
     [warning] = capsys.readouterr().err.splitlines()

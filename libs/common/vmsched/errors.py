@@ -1,49 +1,55 @@
 """Every exception vmsched raises, in one tree.
 
     VmschedError
-    ├── InvalidRequest            bad input: what was wrong and where (`location`, a JSON path)
-    │   └── InvalidQuery          a Nova JsonFilter query the grammar cannot evaluate (also a ValueError)
-    ├── SchedulingError           a request that cannot be evaluated (it becomes a decision with status error)
-    │   ├── UnknownCluster        no state has ever been reported for the cluster
-    │   ├── UnknownPolicyUnit     a policy names a unit the registry does not have
-    │   ├── InvalidProperty       a custom property value does not match the unit's regex
-    │   │   └── PropertyTooLong   a value over the length limit, refused before its regex runs
-    │   │                         (its code stays "invalid_property": on the wire it is one)
-    │   ├── StaleState            a worker cannot reach the state version a request was made against
-    │   └── PolicyError           administering policies (vmsched.db.PolicyRepository)
-    │       ├── PolicyNotFound    no policy with that id or name
-    │       ├── PolicyLocked      a built-in policy cannot be edited or deleted: clone it
-    │       ├── PolicyInUse       still attached to clusters, or the default
-    │       ├── PolicyExists      a policy with that name or id exists
-    │       └── InvalidPolicy     a policy or attachment does not validate: every problem, each with a fix
-    ├── UnsupportedRegex          a unit's property regex uses a construct the backtracking check cannot
-    │                             judge (backreference, lookaround) (also a ValueError)
-    ├── StateConflict             the cluster's state in Redis moved on under a writer twice in a row
-    ├── InjectionError            the fault suite could not inject a fault: the experiment is void
-    │                             (also a RuntimeError)
-    ├── MigrationError            a database migration cannot be applied (e.g. an applied file changed)
-    ├── DatabaseUnavailable       PostgreSQL cannot be reached
-    │   └── DatabaseMissing       the server answers, but the database does not exist (`vmsched db migrate`)
-    ├── BusError                  talking to RabbitMQ
-    │   ├── RpcTimeout            no reply within the call's timeout (publish, queueing and work included)
-    │   ├── NoConsumer            the request was returned unroutable, or no service consumes its queue
-    │   ├── BusUnavailable        RabbitMQ cannot be reached right now (the bus reconnects by itself)
-    │   └── RemoteError           the service answered with an ErrorReply (`code`, `message`, `location`)
-    ├── LockError                 the per-cluster lock
-    │   ├── LockTimeout           not acquired within the acquire timeout
-    │   └── FencedOut             a write carried a fencing token older than the lock's latest
-    └── CommandError              a `vmsched` command cannot do what it was asked (`hint`: what to do)
-        ├── NotFound              what it was told to act on does not exist, or it was told not to
-        └── UsageError            its input is wrong (an option, a file, a setting)
+    ├── InvalidRequest
+    │   └── InvalidQuery          (also a ValueError)
+    ├── SchedulingError           (it becomes a decision with status error)
+    │   ├── UnknownCluster
+    │   ├── UnknownPolicyUnit
+    │   ├── InvalidProperty
+    │   │   └── PropertyTooLong   (its code stays "invalid_property": on the wire it is one)
+    │   ├── StaleState
+    │   └── PolicyError           (vmsched.db.PolicyRepository)
+    │       ├── PolicyNotFound
+    │       ├── PolicyLocked
+    │       ├── PolicyInUse
+    │       ├── PolicyExists
+    │       └── InvalidPolicy
+    ├── UnsupportedRegex          (also a ValueError)
+    ├── StateConflict
+    ├── InjectionError            (also a RuntimeError)
+    ├── MigrationError
+    ├── DatabaseUnavailable
+    │   └── DatabaseMissing
+    ├── BusError
+    │   ├── RpcTimeout
+    │   ├── NoConsumer
+    │   ├── BusUnavailable
+    │   └── RemoteError
+    ├── LockError
+    │   ├── LockTimeout
+    │   └── FencedOut
+    └── CommandError
+        ├── NotFound
+        └── UsageError
 
-Each carries a stable `code` (the `code` of the ErrorReply / ErrorInfo it becomes on the wire).
+Each carries a stable `code` (the `code` of the ErrorReply / ErrorInfo it becomes on the wire) and,
+where it defines its own code, a `meaning`: one line saying what that code means, which
+contracts/asyncapi.json lists under x-vmsched-error-codes.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class VmschedError(Exception):
     code = "internal"
+    # "internal" is what the bus answers for an exception that is none of these, so its meaning says that.
+    meaning: ClassVar[str] = (
+        "an unexpected error in the service: the message carries only a reference id, which names the full "
+        "error in that service's log"
+    )
 
     def __init__(self, message: str, *, location: str | None = None) -> None:
         super().__init__(message)
@@ -59,6 +65,7 @@ class VmschedError(Exception):
 
 class InvalidRequest(VmschedError):
     code = "invalid_request"
+    meaning = "bad input: what was wrong and where (`location`, a JSON path)"
 
 
 class InvalidQuery(InvalidRequest, ValueError):
@@ -69,22 +76,27 @@ class InvalidQuery(InvalidRequest, ValueError):
     """
 
     code = "invalid_query"
+    meaning = "a Nova JsonFilter query the grammar cannot evaluate"
 
 
 class SchedulingError(VmschedError):
     code = "scheduling_error"
+    meaning = "a request that cannot be evaluated (it becomes a decision with status error)"
 
 
 class UnknownCluster(SchedulingError):
     code = "unknown_cluster"
+    meaning = "no state has ever been reported for the cluster"
 
 
 class UnknownPolicyUnit(SchedulingError):
     code = "unknown_policy_unit"
+    meaning = "a policy names a unit the registry does not have"
 
 
 class InvalidProperty(SchedulingError):
     code = "invalid_property"
+    meaning = "a custom property value does not match the unit's regex"
 
     def __init__(self, unit: str, prop: str, value: str, regex: str) -> None:
         super().__init__(
@@ -112,32 +124,39 @@ class PropertyTooLong(InvalidProperty):
 
 class StaleState(SchedulingError):
     code = "stale_state"
+    meaning = "a worker cannot reach the state version a request was made against"
 
 
 class PolicyError(SchedulingError):
     code = "policy_error"
+    meaning = "administering policies (vmsched.db.PolicyRepository)"
 
 
 class PolicyNotFound(PolicyError):
     code = "policy_not_found"
+    meaning = "no policy with that id or name"
 
 
 class PolicyLocked(PolicyError):
     code = "policy_locked"
+    meaning = "a built-in policy cannot be edited or deleted: clone it"
 
 
 class PolicyInUse(PolicyError):
     code = "policy_in_use"
+    meaning = "still attached to clusters, or the default"
 
 
 class PolicyExists(PolicyError):
     code = "policy_exists"
+    meaning = "a policy with that name or id exists"
 
 
 class InvalidPolicy(PolicyError):
     """A policy or cluster attachment that does not validate; the message lists every problem."""
 
     code = "invalid_policy"
+    meaning = "a policy or attachment does not validate: every problem, each with a fix"
 
 
 class UnsupportedRegex(VmschedError, ValueError):
@@ -148,12 +167,14 @@ class UnsupportedRegex(VmschedError, ValueError):
     """
 
     code = "unsupported_regex"
+    meaning = "a unit's property regex uses a construct the backtracking check cannot judge (backreference, lookaround)"
 
 
 class StateConflict(VmschedError):
     """The cluster's state in Redis moved on under the writer twice in a row (another writer?)."""
 
     code = "state_conflict"
+    meaning = "the cluster's state in Redis moved on under a writer twice in a row"
 
 
 class InjectionError(VmschedError, RuntimeError):
@@ -163,38 +184,47 @@ class InjectionError(VmschedError, RuntimeError):
     """
 
     code = "injection_error"
+    meaning = "the fault suite could not inject a fault: the experiment is void"
 
 
 class MigrationError(VmschedError):
     code = "migration_error"
+    meaning = "a database migration cannot be applied (e.g. an applied file changed)"
 
 
 class DatabaseUnavailable(VmschedError):
     code = "database_unavailable"
+    meaning = "PostgreSQL cannot be reached"
 
 
 class DatabaseMissing(DatabaseUnavailable):
     code = "database_missing"
+    meaning = "the server answers, but the database does not exist (`vmsched db migrate`)"
 
 
 class BusError(VmschedError):
     code = "bus_error"
+    meaning = "talking to RabbitMQ"
 
 
 class RpcTimeout(BusError):
     code = "rpc_timeout"
+    meaning = "no reply within the call's timeout (publish, queueing and work included)"
 
 
 class NoConsumer(BusError):
     code = "no_consumer"
+    meaning = "the request was returned unroutable, or no service consumes its queue"
 
 
 class BusUnavailable(BusError):
     code = "bus_unavailable"
+    meaning = "RabbitMQ cannot be reached right now (the bus reconnects by itself)"
 
 
 class RemoteError(BusError):
     code = "remote_error"
+    meaning = "the service answered with an ErrorReply (`code`, `message`, `location`)"
 
     def __init__(self, code: str, message: str, *, location: str | None = None) -> None:
         super().__init__(message, location=location)
@@ -203,20 +233,24 @@ class RemoteError(BusError):
 
 class LockError(VmschedError):
     code = "lock_error"
+    meaning = "the per-cluster lock"
 
 
 class LockTimeout(LockError):
     code = "lock_timeout"
+    meaning = "not acquired within the acquire timeout"
 
 
 class FencedOut(LockError):
     code = "fenced_out"
+    meaning = "a write carried a fencing token older than the lock's latest"
 
 
 class CommandError(VmschedError):
     """A `vmsched` command's own refusal: said to its user as it is, with what to do in `hint`."""
 
     code = "command_error"
+    meaning = "a `vmsched` command cannot do what it was asked (`hint`: what to do)"
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -225,10 +259,12 @@ class CommandError(VmschedError):
 
 class NotFound(CommandError):
     code = "not_found"
+    meaning = "what it was told to act on does not exist, or it was told not to"
 
 
 class UsageError(CommandError):
     code = "usage_error"
+    meaning = "its input is wrong (an option, a file, a setting)"
 
 
 __all__ = [

@@ -203,20 +203,52 @@ class MetricsServer(ThreadingHTTPServer):
         self.server_close()
 
 
-_servers: dict[int, MetricsServer] = {}
+class MetricsServers:
+    """The metrics servers of a process, one per port, each started once and kept for the life of the
+    process: a second run in the process (tests, `vmsched up` after `run`) reuses its port's server,
+    which it could not bind again."""
+
+    def __init__(self) -> None:
+        self._by_port: dict[int, MetricsServer] = {}
+
+    def serve(self, port: int, *, timeout_s: float = 1.0, host: str = "") -> Health | None:
+        """The Health of the server on `port`, started on first use (None when port is 0: disabled)."""
+        if not port:
+            return None
+        server = self._by_port.get(port)
+        if server is None:
+            server = self._by_port[port] = MetricsServer((host, port), Health(timeout_s))
+            server.start()
+        server.health.timeout_s = timeout_s
+        return server.health
+
+    def reset(self) -> None:
+        """Stop every server and forget it (tests: the next serve starts afresh)."""
+        servers, self._by_port = list(self._by_port.values()), {}
+        for server in servers:
+            server.stop()
+
+
+#: The process's one MetricsServers, owned by this module: `serve` (the runner's only way in) is its
+#: only user; tests reset() it.
+SERVERS = MetricsServers()
 
 
 def serve(port: int, *, timeout_s: float = 1.0, host: str = "") -> Health | None:
     """Serve /metrics, /healthz and /readyz on `port` (all interfaces), once per port per process;
     its Health (None when port is 0: disabled). A second run in the process reuses the server."""
-    if not port:
-        return None
-    server = _servers.get(port)
-    if server is None:
-        server = _servers[port] = MetricsServer((host, port), Health(timeout_s))
-        server.start()
-    server.health.timeout_s = timeout_s
-    return server.health
+    return SERVERS.serve(port, timeout_s=timeout_s, host=host)
 
 
-__all__ = ["PATHS", "Check", "Health", "MetricsServer", "Response", "respond", "run_checks", "serve"]
+__all__ = [
+    "PATHS",
+    "SERVERS",
+    "Check",
+    "Health",
+    "MetricsServer",
+    "MetricsServers",
+    "Response",
+    "respond",
+    "run_checks",
+    "serve",
+]

@@ -86,12 +86,21 @@ class ClusterLabels:
     def __len__(self) -> int:
         return len(self._own)
 
+    def reset(self, limit: int = DEFAULT_CLUSTER_LABELS) -> None:
+        """Forget the clusters seen, with `limit` from now on (tests: a fresh process's labels)."""
+        self.limit = limit
+        self._own.clear()
 
-#: The process's cluster labels; every series with a `cluster` label goes through it.
+
+#: The process's one ClusterLabels, owned by this module like the registry whose series it bounds
+#: (a second one would let the same series grow past the limit). Every series with a `cluster`
+#: label goes through it; the runner alone sets its limit (set_cluster_label_limit), before any
+#: service starts; tests call reset().
 cluster_label = ClusterLabels()
 
 
 def set_cluster_label_limit(limit: int) -> None:
+    """Apply VMSCHED_METRICS_CLUSTER_LABELS to the process's labels (clusters already seen keep theirs)."""
     cluster_label.limit = limit
 
 

@@ -1,10 +1,11 @@
 """balancer: periodic load balancing (oVirt's balance units), migrations scheduled through the selector.
 
 Every `balance_interval_s`, for each cluster whose lease this process holds and whose policy names a
-balance unit: read state + pending, give the unit the VMs it may move, and schedule the VM it picks
-as a migration through the normal selector path (its candidates are the whitelist; the Migration
-filter removes the source). A placed migration is published as a MigrationDecision; power saving's
-advice as PowerActions, never executed here. At most `migrations_per_cycle` per cluster per cycle.
+balance unit: read pending, then state (vmsched_services.balancer.reads), give the unit the VMs it
+may move, and schedule the VM it picks as a migration through the normal selector path (its
+candidates are the whitelist; the Migration filter removes the source). A placed migration is
+published as a MigrationDecision; power saving's advice as PowerActions, never executed here. At
+most `migrations_per_cycle` per cluster per cycle.
 
 No ping-pong: a migrated VM rests for `migration_cooldown_s`; a VM with a pending record (a start
 or migration the state tracker has not seen complete) is in flight and not picked; non-migratable
@@ -13,9 +14,8 @@ VMs never are. Several balancers may run: each cluster is balanced by the one ho
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from vmsched import constants as c
@@ -33,11 +33,11 @@ from vmsched.metrics import BALANCE_MIGRATIONS, BALANCE_PASSES, BALANCE_POWER_AC
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.balancing import balance_pass, migration_candidates, migration_request, movable_vms
-from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
+from vmsched_services.balancer.reads import ClusterReader
 
 log = get_logger("vmsched.balancer")
 
@@ -48,6 +48,8 @@ class Balancer:
         self.settings = rt.settings
         self.policies = policies or PolicyCache(rt)
         self.pending = PendingStore(rt.redis, rt.settings)
+        #: Pending first, then the state; the hosts' table is the Runtime's StateCache's, kept between attempts.
+        self.reads = ClusterReader(rt.redis, rt.settings, rt.state, self.pending)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
         self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
@@ -66,11 +68,9 @@ class Balancer:
         props = validate_properties(unit, policy.properties)
         published: list[MigrationDecision] = []
         for attempt in range(self.settings.migrations_per_cycle):
-            state = await self.rt.state.snapshot(cluster)
-            pending = await self.pending.read(cluster)
-            table = HostTable.from_states(state.hosts, state.settings).with_pending(pending, now=time.time())
-            movable = await self._movable(cluster, state.vms, {e.vm_id for e in pending})
-            pick = balance_pass(unit, props, table, movable)
+            view = await self.reads.read(cluster)
+            movable = await self._movable(cluster, view.vms, view.in_flight)
+            pick = balance_pass(unit, props, view.table, movable)
             if attempt == 0:
                 await self._advise_power(cluster, unit.name, policy.name, pick.power)
             if pick.migration is None or pick.vm is None:
@@ -139,7 +139,7 @@ class Balancer:
         )
         return migration
 
-    async def _movable(self, cluster: str, vms: list[VmReport], in_flight: set[str]) -> Sequence[VmReport]:
+    async def _movable(self, cluster: str, vms: list[VmReport], in_flight: Collection[str]) -> Sequence[VmReport]:
         """Running, migratable VMs that are neither in flight nor resting after a migration."""
         candidates = migration_candidates(vms, in_flight)
         if not candidates:

@@ -24,13 +24,13 @@ from datetime import UTC, datetime
 
 from vmsched import constants as c
 from vmsched.contracts import HaAlert, HaCheckRequest, HaRecovered, HaReport
-from vmsched.db.repository import HA_RESERVATION_PROPERTY
 from vmsched.leased_loop import LeasedLoop
 from vmsched.logging import get_logger
 from vmsched.metrics import HA_ALERTS, HA_CHECKS, HA_RECOVERIES
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.ha import alert_message, check, recovery_message
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.store.memories import HaStatus
 from vmsched.store.pending import PendingStore
 

@@ -34,9 +34,7 @@ _CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$")
 
 log = get_logger("vmsched.bus")
 
-#: (message type, field name) pairs already logged as unknown. Bounded: field names come from the
-#: publisher, and one that sends a new name with every message must not grow this without end.
-_UNKNOWN_LOGGED: set[tuple[str, str]] = set()
+#: Different (message type, field name) pairs logged as unknown, at most, per process.
 UNKNOWN_LOGGED_MAX = 1000
 #: Field names are quoted in logs at most this long.
 UNKNOWN_NAME_MAX = 100
@@ -92,30 +90,53 @@ def _without_unknown_fields(message: M) -> M:
     """`message` without the fields its model does not know, each (type, field) logged once per process."""
     model = type(message)
     for name in message.__pydantic_extra__ or ():
-        _log_unknown_once(model.__name__, name)
+        UNKNOWN_FIELDS.log_once(model.__name__, name)
     # Dropped before anything stores or forwards the event: the fields are unbounded and unchecked.
     known = {name: getattr(message, name) for name in model.model_fields}
     # cast: pydantic's mypy plugin types model_construct on a TypeVar's bound, not on the TypeVar.
     return cast(M, model.model_construct(_fields_set=message.model_fields_set, **known))
 
 
-def _log_unknown_once(type_: str, field: str) -> None:
-    key = (type_, truncate(field, UNKNOWN_NAME_MAX))
-    if key in _UNKNOWN_LOGGED or len(_UNKNOWN_LOGGED) > UNKNOWN_LOGGED_MAX:
-        return
-    _UNKNOWN_LOGGED.add(key)
-    if len(_UNKNOWN_LOGGED) > UNKNOWN_LOGGED_MAX:
+class UnknownFields:
+    """The (message type, field name) pairs already logged as unknown, so each is logged once.
+
+    Bounded: field names come from the publisher, and one that sends a new name with every message
+    must not grow this without end; past `limit` pairs one last warning says no more are logged.
+    """
+
+    def __init__(self, limit: int = UNKNOWN_LOGGED_MAX) -> None:
+        self.limit = limit
+        self._logged: set[tuple[str, str]] = set()
+
+    def log_once(self, type_: str, field: str) -> None:
+        key = (type_, truncate(field, UNKNOWN_NAME_MAX))
+        if key in self._logged or len(self._logged) > self.limit:
+            return
+        self._logged.add(key)
+        if len(self._logged) > self.limit:
+            log.warning(
+                "too many different unknown fields: no more are logged",
+                message_type=type_,
+                logged=self.limit,
+            )
+            return
         log.warning(
-            "too many different unknown fields: no more are logged",
+            "unknown field ignored (a newer publisher?); logged once per message type and field",
             message_type=type_,
-            logged=UNKNOWN_LOGGED_MAX,
+            field=key[1],
         )
-        return
-    log.warning(
-        "unknown field ignored (a newer publisher?); logged once per message type and field",
-        message_type=type_,
-        field=key[1],
-    )
+
+    def reset(self) -> None:
+        """Forget what was logged (tests: each starts from a process that logged nothing)."""
+        self._logged.clear()
+
+    def __len__(self) -> int:
+        return len(self._logged)
+
+
+#: The process's one record of unknown fields logged. Owned by this module: `decode` is its only
+#: writer (the log is once per process, whichever bus or client decoded the event); tests reset() it.
+UNKNOWN_FIELDS = UnknownFields()
 
 
 def decode_any(

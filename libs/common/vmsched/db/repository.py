@@ -40,11 +40,9 @@ from vmsched.errors import (
     UnknownPolicyUnit,
 )
 from vmsched.scheduling.policy import Policy
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.scheduling.units.base import PolicyUnit, validate_properties
 from vmsched.scheduling.units.registry import REGISTRY
-
-#: The property that carries cluster_policy.ha_reservation to the units.
-HA_RESERVATION_PROPERTY = "HaReservation"
 
 
 class ClusterSettings(BaseModel):

@@ -13,8 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from vmsched.scheduling.hosts import FloatArray, HostTable, IndexArray
-from vmsched.simulation.engine import Counts, Snapshot, Timing
 from vmsched.simulation.hostseries import HostSeries, Metric
+from vmsched.simulation.records import Counts, Snapshot, Timing
 
 # ------------------------------------------------------------------------------ packing bound
 #: An item's size, one number per dimension.

@@ -1,64 +1,24 @@
-"""Stored state records: parsing them back into models, and what a host's VMs add up to.
+"""Stored state records: parsing them back into models.
 
 Shared by the writer (StateWriter, which derives each HostState) and the readers (StateCache,
-which parses the stored ones).
+which parses the stored ones). What a host's VMs add up to is a domain rule the simulator applies
+too: vmsched.scheduling.host_aggregates, re-exported here for the writer.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TypeVar
 
 from pydantic import ValidationError
 
-from vmsched.contracts import HostReport, HostState, Message, VmReport, VmStatus
+from vmsched.contracts import Message
 from vmsched.logging import get_logger
-from vmsched.scheduling.cost import vm_cost
+from vmsched.scheduling.host_aggregates import COUNTED_STATUSES, aggregate_host, counts_on_host
 
 log = get_logger(__name__)
-
-#: VM states that use resources on their host. A migrating VM counts on the host it is reported
-#: on (VmReport has one host); the engine reports the destination once the migration ends.
-COUNTED_STATUSES: frozenset[VmStatus] = frozenset({VmStatus.STARTING, VmStatus.RUNNING, VmStatus.MIGRATING})
-
-
-def counts_on_host(vm: VmReport) -> bool:
-    """Whether the VM uses resources on a host (a counted status, and a host to count it on)."""
-    return vm.status in COUNTED_STATUSES and vm.host_id is not None
-
-
-def aggregate_host(
-    report: HostReport,
-    vms: Iterable[VmReport],
-    cpu_samples: Sequence[tuple[float, float]] = (),
-    build_failures: int = 0,
-) -> HostState:
-    """A host's report plus the aggregates of the VMs that count on it (oVirt's mem_commited etc.)
-    and what the tracker remembers of it (load history, failed starts)."""
-    vm_count = mem = vcpus = pinned = ha = 0
-    vms = list(vms)
-    for vm in vms:
-        vm_count += 1
-        cost = vm_cost(vm)
-        mem += cost.mem_mb
-        vcpus += cost.vcpus
-        pinned += cost.cpus_pinned
-        if vm.ha:
-            ha += 1
-    return HostState(
-        report=report,
-        vm_count=vm_count,
-        mem_committed_mb=mem,
-        vcpus_committed=vcpus,
-        cpus_pinned=pinned,
-        ha_vm_count=ha,
-        vm_ids=sorted(vm.vm_id for vm in vms),
-        cpu_samples=list(cpu_samples),
-        build_failures=build_failures,
-    )
-
 
 M = TypeVar("M", bound=Message)
 

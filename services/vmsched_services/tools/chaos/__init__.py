@@ -19,8 +19,10 @@ from typing import Any
 
 from vmsched.settings import Settings
 from vmsched_services.tools.chaos.base import Check, Result
-from vmsched_services.tools.chaos.experiments import broker_drop, selector_kill, stale_holder, worker_kill
+from vmsched_services.tools.chaos.broker import broker_drop
 from vmsched_services.tools.chaos.hostile import hostile_input
+from vmsched_services.tools.chaos.kills import selector_kill, worker_kill
+from vmsched_services.tools.chaos.stale import stale_holder
 
 ExperimentFn = Callable[..., Awaitable[Result]]
 
@@ -34,7 +36,8 @@ class Experiment:
     long: Mapping[str, Any] = field(default_factory=dict)
 
     async def run(self, settings: Settings, log_dir: Path, *, long: bool = False, **overrides: Any) -> Result:
-        return await self.fn(settings, log_dir, **{**(self.long if long else self.short), **overrides})
+        result = await self.fn(settings, log_dir, **{**(self.long if long else self.short), **overrides})
+        return result.judged_as(long=long)
 
 
 EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(

@@ -34,6 +34,7 @@ import numpy as np
 from vmsched.contracts import VmReport
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.scheduling.units.base import (
     BalanceOutcome,
     Migration,
@@ -508,7 +509,7 @@ def ha_reservation_balance(hosts: HostTable, vms: Sequence[VmReport], props: Pro
     design intends."""
     up = hosts.up
     n_up = int(np.count_nonzero(up))
-    if not prop_bool(props, "HaReservation", False) or n_up < 2:
+    if not prop_bool(props, HA_RESERVATION_PROPERTY, False) or n_up < 2:
         return BalanceOutcome()
     over_pct = prop_int(props, "OverUtilization", 200)
     counts = np.maximum(hosts.ha_vm_count, 0.0)

@@ -20,6 +20,7 @@ import numpy as np
 
 from vmsched.contracts import VmSpec
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, constant
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
 from vmsched.scheduling.units.balance import (
     even_distribution_balance,
     even_vm_count_balance,
@@ -232,7 +233,7 @@ def ha_reservation_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatAr
     pending VMs in vmsched's pending records, so they are not counted (as in oVirt).
     """
     n = len(hosts)
-    if n == 0 or not vm.ha or not prop_bool(props, "HaReservation", False):
+    if n == 0 or not vm.ha or not prop_bool(props, HA_RESERVATION_PROPERTY, False):
         return constant(n, 0.0)
     scale_down = float(prop_int(props, "ScaleDown", int(_prop_default(SCALE_DOWN))))
     counts = np.maximum(hosts.ha_vm_count, 0.0)
@@ -323,7 +324,11 @@ HA_RESERVATION = PolicyUnit(
     summary="HA VM count",
     weight=ha_reservation_weight,
     balance=ha_reservation_balance,
-    properties={"ScaleDown": SCALE_DOWN, "OverUtilization": OVER_UTILIZATION, "HaReservation": HA_RESERVATION_ON},
+    properties={
+        "ScaleDown": SCALE_DOWN,
+        "OverUtilization": OVER_UTILIZATION,
+        HA_RESERVATION_PROPERTY: HA_RESERVATION_ON,
+    },
     minimum=0.0,
     maximum=HA_RATIO_FACTOR,
 )

@@ -1,0 +1,93 @@
+"""Events on RabbitMQ: publishing on the topic exchange and subscribing with a queue of one's own or
+a named (shared, durable) one.
+
+Events go out on the link's publishing channel (publisher confirms: "published" means the broker
+took it); each subscription consumes on a channel of its own, every delivery through the dispatcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import aio_pika
+from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, DeliveryMode, ExchangeType
+
+from vmsched import constants as c
+from vmsched.bus.amqp.connection import BROKER_ERRORS, BrokerLink
+from vmsched.bus.amqp.consumers import AmqpTransport, Consumer, consumer_channel, delivery_of
+from vmsched.bus.base import Subscription
+from vmsched.bus.codec import CONTENT_TYPE, encode, type_name
+from vmsched.bus.dispatch import Dispatcher
+from vmsched.contracts import Message
+
+
+class Events:
+    """Publish and subscribe on the bus's events exchange."""
+
+    def __init__(self, link: BrokerLink, dispatcher: Dispatcher) -> None:
+        self.link = link
+        self.dispatcher = dispatcher
+        self._exchange: AbstractExchange | None = None
+
+    async def attach(self, ch: AbstractChannel) -> None:
+        """Take the events exchange on `ch` (the publishing channel)."""
+        self._exchange = await ch.get_exchange(self.link.name(c.EVENTS_EXCHANGE), ensure=False)
+
+    async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
+        assert self._exchange is not None
+        bound_s = self.link.settings.rpc_timeout_s
+        await self.link.ready(bound_s)
+        try:
+            async with asyncio.timeout(bound_s):
+                await self._exchange.publish(
+                    aio_pika.Message(
+                        encode(event),
+                        content_type=CONTENT_TYPE,
+                        type=type_name(event),
+                        delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
+                    ),
+                    routing_key=routing_key,
+                    mandatory=False,
+                )
+        except TimeoutError:
+            raise self.link.unavailable(f"no confirm within {bound_s:g} s") from None
+        except BROKER_ERRORS as exc:
+            raise self.link.unavailable(exc) from None
+
+    async def subscribe(
+        self,
+        bindings: Sequence[str],
+        models: Sequence[type[Message]],
+        handler: Callable[[Any], Awaitable[None]],
+        *,
+        queue: str | None = None,
+    ) -> Subscription:
+        link = self.link
+        bound_s = link.settings.rpc_timeout_s
+        await link.ready(bound_s)
+        by_name = {m.__name__: m for m in models}
+        try:
+            async with asyncio.timeout(bound_s):
+                ch, events, dlx = await consumer_channel(link, c.EVENTS_EXCHANGE, ExchangeType.TOPIC)
+                # Own queues dead-letter too: a reject (the last resort) must not drop the message.
+                if queue is None:
+                    q = await ch.declare_queue(exclusive=True, auto_delete=True, arguments=link.queue_arguments())
+                else:
+                    q = await ch.declare_queue(link.name(queue), durable=True, arguments=link.queue_arguments())
+                for binding in bindings:
+                    await q.bind(events, routing_key=binding)
+                queue_name = q.name
+
+                async def on_message(message: AbstractIncomingMessage) -> None:
+                    transport = AmqpTransport(ch, dlx, queue_name, message, bound_s)
+                    await self.dispatcher.event(delivery_of(queue_name, message), transport, by_name, handler)
+
+                tag = await q.consume(on_message)
+        except (*BROKER_ERRORS, TimeoutError) as exc:
+            raise link.unavailable(exc) from None
+        return Consumer(ch, q, tag)
+
+
+__all__ = ["Events"]

@@ -1,0 +1,145 @@
+"""Balancing, migrations and maintenance drains.
+
+When the policy has a balance unit, a balancing pass runs every `balance_interval_s`: the pass the
+balancer service runs (`balance_pass`, on the VMs not in flight nor resting), whose pick is given
+a target by `place` with the migration request the service sends the selector. The VM is then in
+flight (pending on its target, not picked again) until it moves `migration_delay_s` later, and
+rests for `migration_cooldown_s` from the decision, as the service's cool-down does. The pass's
+power advice is carried out (`PowerActions`).
+
+A host going into maintenance is drained: each of its VMs is given a target by `place` (a
+migration request with no whitelist, so the Migration filter drops the host itself) and moves
+after the migration delay; VMs no host takes are tried again every balancing interval.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from vmsched.contracts import PendingEntry, ScheduleRequest
+from vmsched.scheduling.balancing import balance_pass, migration_request, movable_vms
+from vmsched.scheduling.cost import vm_cost
+from vmsched.scheduling.placement import Placed
+from vmsched.simulation.events import Kind
+from vmsched.simulation.power import PowerActions
+from vmsched.simulation.records import Flight
+from vmsched.simulation.state import CLUSTER_ID
+
+
+class Migrations(PowerActions):
+    """Balancing passes (with their power advice), maintenance drains, and the migrations they start."""
+
+    def resting(self) -> set[str]:
+        for vm_id in [v for v, until in self._rest_until.items() if until <= self.clock]:
+            del self._rest_until[vm_id]
+        return set(self._rest_until)
+
+    async def _balance(self) -> None:
+        """One balancing pass, as the balancer service runs it for one cluster."""
+        unit = self._unit
+        assert unit is not None
+        self.counts.balance_passes += 1
+        for attempt in range(self.workload.migrations_per_cycle):
+            table = self.decision_table()
+            movable = movable_vms(self.vm_reports(), set(self._in_flight), self.resting())
+            pick = balance_pass(unit, self._props, table, movable)
+            if attempt == 0:
+                self.counts.power_advice += len(pick.power)
+                for change in pick.power:
+                    self._power(change)
+            if pick.migration is None or pick.vm is None:
+                return
+            source = pick.migration.source_host
+            self._requests += 1
+            request = migration_request(
+                uuid.UUID(int=self._requests), CLUSTER_ID, pick.vm, source, pick.migration.candidates
+            )
+            now = self.origin + self.clock
+            outcome = await self.decide(request, now)
+            if not isinstance(outcome, Placed):
+                self.counts.migrations_unplaced += 1
+                return
+            target = outcome.placements[0].host_id
+            self._migrate(request, source, target)
+
+    async def _drain(self, host: str) -> None:
+        """Migrate the VMs off a host in maintenance (each to where `place` says); what stays is
+        tried again a balancing interval later, while the host is still in maintenance."""
+        if self._maintenance[host] <= 0 or host in self._down:
+            return
+        left = 0
+        for vm_id in sorted(self._vms[host]):
+            if vm_id in self._in_flight:
+                continue
+            report = self._vms[host][vm_id]
+            self._requests += 1
+            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, None)
+            outcome = await self.decide(request, self.origin + self.clock)
+            if not isinstance(outcome, Placed):
+                self.counts.drain_unplaced += 1
+                left += 1
+                continue
+            self._migrate(request, host, outcome.placements[0].host_id, drain=True)
+        if left:
+            self._push(self.clock + self.workload.balance_interval_s, Kind.DRAIN, host)
+
+    def _maintenance_start(self, host_id: str) -> None:
+        self._maintenance[host_id] += 1
+        self._changed(host_id)
+        self._push(self.clock, Kind.DRAIN, host_id)
+
+    def _maintenance_end(self, host_id: str) -> None:
+        self._maintenance[host_id] -= 1
+        self._changed(host_id)
+
+    def _migrate(self, request: ScheduleRequest, source: str, target: str, *, drain: bool = False) -> None:
+        vm = request.vm
+        cost = vm_cost(vm)
+        delay = self.workload.migration_delay_s
+        if not drain:  # draining is the operator's move, not the balancer's: no cool-down, no return
+            left = self._left.get(vm.vm_id, {})
+            if target in left:
+                self.counts.returns += 1
+                if self.clock - left[target] < self.workload.migration_cooldown_s:
+                    self.counts.ping_pongs += 1
+            self._rest_until[vm.vm_id] = self.clock + self.workload.migration_cooldown_s
+            self.counts.migrations_started += 1
+        self._in_flight[vm.vm_id] = Flight(
+            drain=drain,
+            source=source,
+            target=target,
+            decided_s=self.clock,
+            pending=PendingEntry(
+                vm_id=vm.vm_id,
+                host_id=target,
+                mem_mb=cost.mem_mb,
+                vcpus=cost.vcpus,
+                cpus_pinned=cost.cpus_pinned,
+                request_id=request.request_id,
+                fencing_token=0,
+                # Outlives the migration: the pending record goes when the VM has moved.
+                expires_at=self.origin + self.clock + delay + 3600.0,
+            ),
+        )
+        self._push(self.clock + delay, Kind.MIGRATION_DONE, vm.vm_id)
+
+    def _migration_done(self, vm_id: str) -> None:
+        flight = self._in_flight.pop(vm_id, None)
+        if flight is None:  # the VM went away meanwhile
+            return
+        if self._where.get(vm_id) != flight.source or flight.target in self._down:
+            self.counts.migrations_aborted += 1
+            return
+        report = self._vms[flight.source].pop(vm_id)
+        self._vms[flight.target][vm_id] = report.model_copy(update={"host_id": flight.target})
+        self._where[vm_id] = flight.target
+        if flight.drain:
+            self.counts.drain_migrations += 1
+        else:
+            self._left.setdefault(vm_id, {})[flight.source] = flight.decided_s
+            self.counts.migrations += 1
+        self._changed(flight.source, load=True)
+        self._changed(flight.target, load=True)
+
+
+__all__ = ["Migrations"]

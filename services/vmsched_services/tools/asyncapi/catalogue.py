@@ -1,0 +1,223 @@
+"""What the contract covers: every RPC, every event, and the message models they carry.
+
+The document's channels, operations and schemas are all drawn from these lists, so adding an RPC or
+an event here is what puts it in contracts/.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vmsched import constants as c
+from vmsched.contracts.balance import (
+    MigrationDecision,
+    PowerAction,
+)
+from vmsched.contracts.base import Message
+from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.contracts.policies import (
+    ApplyPolicies,
+    ApplyReport,
+    ClonePolicy,
+    DetachCluster,
+    PolicyHistory,
+    PolicyListing,
+    PolicyQuery,
+    PolicyRef,
+    RollbackPolicy,
+    StoredPolicy,
+    UnitListing,
+    UnitQuery,
+)
+from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
+from vmsched.contracts.state import ClusterRemoved, ClusterReport, ClusterState, HostRemoved, HostReport, VmReport
+from vmsched.contracts.workers import (
+    ErrorReply,
+    FilterReply,
+    FilterRequest,
+    PlaceReply,
+    PlaceRequest,
+    PolicyChanged,
+    StateRequest,
+    WeighReply,
+    WeighRequest,
+)
+
+#: (operation name, routing key, request model, reply model, who serves it, description)
+RPCS: list[tuple[str, str, type[Message], type[Message], str, str]] = [
+    (
+        "schedule",
+        c.RPC_SCHEDULE,
+        ScheduleRequest,
+        ScheduleDecision,
+        "selector",
+        "Where should this VM run? The engine's entry point.",
+    ),
+    (
+        "place",
+        c.RPC_PLACE,
+        PlaceRequest,
+        PlaceReply,
+        "filter-worker",
+        "Place a group of one cluster's schedule requests, in order: filter, weigh, select (selector to "
+        "filter-worker; the default).",
+    ),
+    (
+        "filter",
+        c.RPC_FILTER,
+        FilterRequest,
+        FilterReply,
+        "filter-worker",
+        "Run a policy's filter chain over candidate hosts (selector to filter-worker).",
+    ),
+    (
+        "weigh",
+        c.RPC_WEIGH,
+        WeighRequest,
+        WeighReply,
+        "weigher",
+        "Raw weight of every unit for every host (selector to weigher).",
+    ),
+    (
+        "state",
+        c.RPC_STATE,
+        StateRequest,
+        ClusterState,
+        "state-tracker",
+        "A cluster's current state snapshot.",
+    ),
+    (
+        "policyRead",
+        c.RPC_POLICY_READ,
+        PolicyQuery,
+        PolicyListing,
+        "policy-admin",
+        "Stored policies and cluster attachments.",
+    ),
+    (
+        "policyApply",
+        c.RPC_POLICY_APPLY,
+        ApplyPolicies,
+        ApplyReport,
+        "policy-admin",
+        "Make stored policies and attachments match a set (validated whole; versioned; dry run).",
+    ),
+    ("policyClone", c.RPC_POLICY_CLONE, ClonePolicy, StoredPolicy, "policy-admin", "Copy a policy under a new name."),
+    ("policyDelete", c.RPC_POLICY_DELETE, PolicyRef, ApplyReport, "policy-admin", "Delete an unused policy."),
+    ("policyDetach", c.RPC_POLICY_DETACH, DetachCluster, ApplyReport, "policy-admin", "Back to the default policy."),
+    ("policyHistory", c.RPC_POLICY_HISTORY, PolicyRef, PolicyHistory, "policy-admin", "A policy's stored versions."),
+    (
+        "policyRollback",
+        c.RPC_POLICY_ROLLBACK,
+        RollbackPolicy,
+        ApplyReport,
+        "policy-admin",
+        "Store an earlier version of a policy again, as a new version.",
+    ),
+    ("unitsList", c.RPC_UNITS_LIST, UnitQuery, UnitListing, "policy-admin", "The units policies can name."),
+    (
+        "haCheck",
+        c.RPC_HA_CHECK,
+        HaCheckRequest,
+        HaReport,
+        "ha-monitor",
+        "Run the HA reservation check for a cluster now.",
+    ),
+]
+
+#: (channel name, address with {clusterId}, model, action from vmsched's side, description)
+EVENTS: list[tuple[str, str, type[Message], str, str]] = [
+    (
+        "clusterReport",
+        c.CLUSTER_REPORT_PREFIX + ".{clusterId}",
+        ClusterReport,
+        "receive",
+        "The engine reports cluster settings.",
+    ),
+    (
+        "hostReport",
+        c.HOST_REPORT_PREFIX + ".{clusterId}",
+        HostReport,
+        "receive",
+        "The engine reports a host's capacity, usage and status.",
+    ),
+    (
+        "vmReport",
+        c.VM_REPORT_PREFIX + ".{clusterId}",
+        VmReport,
+        "receive",
+        "The engine reports a VM's placement and status; RUNNING/FAILED/DOWN clears its pending record.",
+    ),
+    (
+        "hostRemoved",
+        c.HOST_REMOVED_PREFIX + ".{clusterId}",
+        HostRemoved,
+        "receive",
+        "Hosts taken out of the cluster for good; the state tracker drops them and the VMs counted on them.",
+    ),
+    (
+        "clusterRemoved",
+        c.CLUSTER_REMOVED_PREFIX + ".{clusterId}",
+        ClusterRemoved,
+        "receive",
+        "A cluster taken out of vmsched; the state tracker deletes its state and pending resources.",
+    ),
+    (
+        "decision",
+        c.DECISION_PREFIX + ".{clusterId}",
+        ScheduleDecision,
+        "send",
+        "Every schedule decision, as an event.",
+    ),
+    (
+        "policyChanged",
+        c.POLICY_CHANGED,
+        PolicyChanged,
+        "receive",
+        "A policy changed; selectors drop cached copies.",
+    ),
+    (
+        "migration",
+        c.MIGRATION_PREFIX + ".{clusterId}",
+        MigrationDecision,
+        "send",
+        "The balancer decided to migrate a VM; the engine carries it out and reports the VM's new state.",
+    ),
+    (
+        "power",
+        c.POWER_PREFIX + ".{clusterId}",
+        PowerAction,
+        "send",
+        "Power saving decided to power a host on or off; vmsched never executes it.",
+    ),
+    (
+        "haAlert",
+        c.HA_ALERT_PREFIX + ".{clusterId}",
+        HaAlert,
+        "send",
+        "The cluster failed the HA reservation check: these hosts' HA VMs could not restart elsewhere.",
+    ),
+    (
+        "haRecovered",
+        c.HA_RECOVERED_PREFIX + ".{clusterId}",
+        HaRecovered,
+        "send",
+        "The cluster passes the HA reservation check again.",
+    ),
+]
+
+ALL_MODELS: list[type[Message]] = sorted(
+    {m for _, _, req, rep, _, _ in RPCS for m in (req, rep)} | {m for *_, m, _, _ in EVENTS} | {ErrorReply},
+    key=lambda m: m.__name__,
+)
+
+
+def message_schemas() -> dict[str, dict[str, Any]]:
+    """One self-contained JSON Schema (draft 2020-12) per message model."""
+    out: dict[str, dict[str, Any]] = {}
+    for model in ALL_MODELS:
+        schema = model.model_json_schema(mode="validation")
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["$id"] = f"https://vmsched.dev/contracts/schemas/{model.__name__}.json"
+        out[model.__name__] = schema
+    return out

@@ -1,0 +1,203 @@
+"""What exists on the broker and who owns it: exchanges, queues, the name prefix, an engine's part.
+
+Defaults come from Settings' declarations, never the environment, so the document is the same wherever
+it is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vmsched import constants as c
+from vmsched.bus.amqp import DLQ_MAX_LENGTH, REPLY_TO
+from vmsched.settings import Settings
+from vmsched_services.tools.asyncapi.catalogue import RPCS
+from vmsched_services.tools.asyncapi.wire import DEAD_LETTER_HEADERS, VHOST
+
+
+def _setting_default(name: str) -> Any:
+    """A setting's default, never the environment's value: the document must not depend on where it is built."""
+    return Settings.model_fields[name].default
+
+
+def exchanges() -> dict[str, dict[str, Any]]:
+    declared = "every vmsched process, on connecting (AmqpBus.start)"
+    return {
+        "rpc": {
+            "name": c.RPC_EXCHANGE,
+            "type": "direct",
+            "durable": True,
+            "autoDelete": False,
+            "vhost": VHOST,
+            "declaredBy": declared,
+            "carries": "RPC requests; the routing key is the route (the operation's channel address).",
+        },
+        "events": {
+            "name": c.EVENTS_EXCHANGE,
+            "type": "topic",
+            "durable": True,
+            "autoDelete": False,
+            "vhost": VHOST,
+            "declaredBy": declared,
+            "carries": "Events, in and out; routing keys are the event channels' addresses.",
+        },
+        "deadLetter": {
+            "name": c.DEAD_LETTER_EXCHANGE,
+            "type": "topic",
+            "durable": True,
+            "autoDelete": False,
+            "vhost": VHOST,
+            "declaredBy": declared,
+            "carries": "Every message a vmsched service refused (x-vmsched-dead-letters).",
+        },
+    }
+
+
+def binding_exchange(exchange: dict[str, Any]) -> dict[str, Any]:
+    """An exchange as the AMQP channel binding describes it (that object takes its own fields only)."""
+    return {k: exchange[k] for k in ("name", "type", "durable", "autoDelete", "vhost")}
+
+
+def queues() -> list[dict[str, Any]]:
+    """Every queue vmsched names: who declares it, with which arguments, bound how."""
+    dlx_argument = {"x-dead-letter-exchange": c.DEAD_LETTER_EXCHANGE}
+    out: list[dict[str, Any]] = []
+    served = {key: server for _, key, _, _, server, _ in RPCS}
+    for route, name in c.RPC_QUEUES.items():
+        server = served.get(route, "its service")
+        out.append(
+            {
+                "name": name,
+                "durable": True,
+                "exclusive": False,
+                "autoDelete": False,
+                "arguments": dlx_argument,
+                "bindings": [{"exchange": c.RPC_EXCHANGE, "routingKey": route}],
+                "declaredBy": f"{server}, when it starts serving `{route}`",
+                "consumedBy": f"every {server} process (competing consumers)",
+                "description": f"Requests for route `{route}`. Until a {server} has started once, a request "
+                "for the route is unroutable (returned to a publisher that set `mandatory`).",
+            }
+        )
+    out.append(
+        {
+            "name": c.STATE_EVENTS_QUEUE,
+            "durable": True,
+            "exclusive": False,
+            "autoDelete": False,
+            "arguments": dlx_argument,
+            "bindings": [{"exchange": c.EVENTS_EXCHANGE, "routingKey": c.STATE_EVENTS_BINDING}],
+            "declaredBy": "state-tracker, when it starts",
+            "consumedBy": "every state-tracker process, in order",
+            "description": "Every engine state report (ClusterReport, HostReport, VmReport). Reports wait here "
+            "while no state tracker runs; before one has started once, reports are unroutable and lost "
+            "(an engine can declare the queue passively to see it exists).",
+        }
+    )
+    out.append(
+        {
+            "name": c.DEAD_LETTER_QUEUE,
+            "durable": True,
+            "exclusive": False,
+            "autoDelete": False,
+            "arguments": {
+                "x-max-length": DLQ_MAX_LENGTH,
+                "x-max-length-bytes": _setting_default("dead_letter_queue_max_bytes"),
+                "x-overflow": "drop-head",
+            },
+            "x-vmsched-arguments-from": {"x-max-length-bytes": "VMSCHED_DEAD_LETTER_QUEUE_MAX_BYTES"},
+            "bindings": [{"exchange": c.DEAD_LETTER_EXCHANGE, "routingKey": "#"}],
+            "declaredBy": "every vmsched process, on connecting (an existing one with other arguments is used as "
+            "it is)",
+            "consumedBy": "nobody: operators read it (`vmsched dead-letters`); the oldest are dropped first",
+            "description": "Every refused message, with the reason in its headers (x-vmsched-dead-letters).",
+        }
+    )
+    return out
+
+
+def names() -> dict[str, Any]:
+    prefixed_exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    return {
+        "description": "Every exchange and queue name in this document is shown without the deployment's "
+        "prefix. The prefix is the setting VMSCHED_AMQP_PREFIX (default empty; tests use one per run) and "
+        "is put in front of each exchange name and each vmsched queue name as it is, with no separator "
+        "added (prefix `t1.` makes vmsched.rpc t1.vmsched.rpc), and in front of the x-dead-letter-exchange "
+        "argument of vmsched's queues. It is never applied to routing keys (RPC routes, event keys, "
+        "bindings), to message type names, to header names, to the direct reply-to pseudo-queue "
+        f"{REPLY_TO} or to server-named queues. An engine uses the same prefix as the services it talks to.",
+        "setting": "VMSCHED_AMQP_PREFIX",
+        "default": _setting_default("amqp_prefix"),
+        "separator": "",
+        "prefixedExchanges": prefixed_exchanges,
+        "prefixedQueues": prefixed_queues,
+        "notPrefixed": [
+            "routing keys and binding patterns",
+            "message type names (the AMQP type property)",
+            "header names",
+            REPLY_TO,
+            "server-named queues (a subscriber's own)",
+        ],
+    }
+
+
+def engine() -> dict[str, Any]:
+    return {
+        "description": "What an engine (the program vmsched schedules for) must do, and must not.",
+        "declares": [
+            "Nothing vmsched owns but, at most, the three exchanges of x-vmsched-exchanges, with exactly the "
+            "parameters given (durable, not auto-delete; or passively): every vmsched process declares them too.",
+            "Its own server-named, exclusive queue for the events it follows, bound on the events exchange with "
+            "the event channels' addresses ({clusterId} or * for every cluster).",
+        ],
+        "mustNot": [
+            "Declare vmsched's named queues (x-vmsched-queues): a declaration with other arguments is refused "
+            "(PRECONDITION_FAILED closes the channel), and a queue declared first without vmsched's "
+            "arguments keeps the services from starting.",
+            "Publish on the dead-letter exchange.",
+        ],
+        "reports": "Publish ClusterReport, HostReport and VmReport as events (message trait `event`) on "
+        "state.cluster.<cluster>, state.host.<cluster> and state.vm.<cluster>. The state tracker applies them "
+        "in the order published; the `state` RPC shows what it has.",
+        "calls": "Call `schedule` (and `state`, `ha-check`) as RPCs (message trait `rpcRequest`); the reply "
+        "(message trait `rpcReply`) is the operation's reply model, or an ErrorReply when the reply carries "
+        f"header {c.HEADER_ERROR}. A ScheduleDecision with status `error` is an answer too, its `error` says why.",
+        "follows": "Decisions (decision.<cluster>), migrations, power advice and HA alerts are events it may "
+        "subscribe to.",
+        "limits": {
+            "maxMessageBytes": _setting_default("max_message_bytes"),
+            "maxMessageBytesSetting": "VMSCHED_MAX_MESSAGE_BYTES",
+            "description": "A message body larger than this is refused (RPC: invalid_request; event: dead letter).",
+        },
+        "unknownFields": "Events an engine publishes (ClusterReport, HostReport, VmReport: schemas with "
+        "additionalProperties true) may carry fields this version does not know: they are ignored, and "
+        "logged once per message type and field by each service. Every other message, RPC requests "
+        "included, refuses unknown fields.",
+    }
+
+
+def dead_letters() -> dict[str, Any]:
+    return {
+        "exchange": c.DEAD_LETTER_EXCHANGE,
+        "queue": c.DEAD_LETTER_QUEUE,
+        "description": "A service never drops a message it cannot process: it publishes a copy on the "
+        "dead-letter exchange (routing key: the name of the queue it came from, prefixed), waits for the "
+        "broker's confirm, then acks the original. What lands there: an undecodable or invalid message "
+        "(bad JSON, wrong fields, over the size limit; an RPC request's caller also gets an ErrorReply); an "
+        "event without a `type`, or of a type its queue does not take; an event whose routing key and body "
+        "name different clusters; a message whose handler failed; one that failed transiently "
+        f"(VMSCHED_TRANSIENT_ATTEMPTS times, default {_setting_default('transient_attempts')}); an RPC request "
+        "that arrived after its deadline; and, through the queues' x-dead-letter-exchange argument, a "
+        "request that expired in its queue and a message that could not be settled otherwise.",
+        "headers": DEAD_LETTER_HEADERS,
+    }
+
+
+def cluster_keyed() -> dict[str, Any]:
+    return {
+        "description": "Events whose routing key is <prefix>.<the body's cluster_id>, by message type. A "
+        "subscriber refuses (dead-letters) one whose routing key says otherwise, with the key's cluster and "
+        "the body's in the reason.",
+        "events": {t: f"{prefix}.{{cluster_id}}" for t, prefix in c.CLUSTER_KEYED_EVENTS.items()},
+    }

@@ -1,0 +1,109 @@
+"""What the fault experiments share while they run: the engine's request stream (sent again under the
+same request id when a call times out or loses its connection, as an engine does), a service killed
+and replaced, and the latency figures of the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+
+from vmsched.client import SchedulerClient
+from vmsched.contracts import DecisionStatus, VmReport, VmStatus
+from vmsched_services.tools.chaos.base import (
+    Outcome,
+    Result,
+    schedule_with_retries,
+)
+from vmsched_services.tools.procs import ServiceProcess, ServiceStack
+from vmsched_services.tools.stats import percentile
+
+
+async def drive(
+    client: SchedulerClient,
+    outcomes: list[Outcome],
+    concurrency: int,
+    *,
+    call_timeout: float,
+    give_up_after: float,
+    spread_s: float = 0.0,
+    start_placed: bool = False,
+) -> None:
+    """Send every request (at most `concurrency` at once), the i-th not before i/n of `spread_s`:
+    a stream that lasts long enough for the faults to land among the requests.
+
+    `start_placed`: the engine starts every placed VM (reports it running on its host, as the demo
+    does), so its memory stays committed in the state tracker after its pending record would
+    have expired, and a cluster filled up stays full however long the experiment runs.
+    """
+    gate = asyncio.Semaphore(concurrency)
+    t0 = time.monotonic()
+    step = spread_s / max(1, len(outcomes))
+
+    async def one(i: int, o: Outcome) -> None:
+        await asyncio.sleep(max(0.0, t0 + i * step - time.monotonic()))
+        async with gate:
+            await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
+        if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+            for p in o.decision.placements:
+                await client.report_vm(
+                    VmReport(
+                        cluster_id=o.cluster_id,
+                        vm_id=p.vm_id,
+                        status=VmStatus.RUNNING,
+                        host_id=p.host_id,
+                        mem_mb=o.vm.mem_mb,
+                        overhead_mb=o.vm.overhead_mb,
+                        vcpus=o.vm.vcpus,
+                    )
+                )
+
+    await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
+
+
+async def kill_and_replace(
+    stack: ServiceStack,
+    service: str,
+    rng: random.Random,
+    *,
+    freeze_s: float = 0.0,
+    prefer: Callable[[list[ServiceProcess]], Awaitable[ServiceProcess | None]] | None = None,
+) -> ServiceProcess | None:
+    """SIGKILL one live `service` process and start its replacement (not waited for), but only
+    while another one is consuming: the experiment is about losing a process, not all of them.
+
+    With `freeze_s`, the victim is SIGSTOPped that long first: it keeps its connection, so the
+    broker goes on handing it requests it never answers, and the SIGKILL lands with requests
+    certainly in flight (a worker answers in milliseconds: a plain kill would mostly hit it idle).
+    `prefer` picks the victim among the live ones (None: a random one).
+    """
+    live = [p for p in stack.live(service) if not p.frozen]
+    if len(live) < 2 or await stack.consumers(service) < 2:
+        return None
+    victim = (await prefer(live) if prefer is not None else None) or rng.choice(live)
+    with contextlib.suppress(ProcessLookupError):
+        if freeze_s > 0:
+            stack.freeze(victim)
+            await asyncio.sleep(freeze_s)
+        os.kill(victim.pid, signal.SIGKILL)
+    stack.spawn(service)
+    return victim
+
+
+def latency_figures(res: Result, outcomes: list[Outcome]) -> None:
+    lat = [o.latency_s for o in outcomes if o.answered]
+    res.figures["requests"] = len(outcomes)
+    res.figures["answered"] = sum(o.answered for o in outcomes)
+    res.figures["lost"] = len(outcomes) - int(res.figures["answered"])
+    res.figures["retries"] = sum(o.attempts - 1 for o in outcomes)
+    res.figures["latency_p50_s"] = round(percentile(lat, 50), 3)
+    res.figures["latency_p99_s"] = round(percentile(lat, 99), 3)
+    res.figures["latency_max_s"] = round(max((o.latency_s for o in outcomes), default=0.0), 3)
+    errors = Counter(e.split(":")[0] for o in outcomes for e in o.errors)
+    if errors:
+        res.notes.append("client retries were caused by: " + ", ".join(f"{k} x{v}" for k, v in errors.most_common(5)))

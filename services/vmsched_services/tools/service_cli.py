@@ -1,0 +1,38 @@
+"""`vmsched run SERVICE` and `vmsched up`: the services, in this process.
+
+The services configure their own logs (cli.main leaves them alone for these two commands).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from vmsched_services.tools.clikit import EXIT_OK, SubParsers, command, settings
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from vmsched_services.runner import run
+
+    asyncio.run(run([args.service], settings()))
+    return EXIT_OK
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from vmsched_services import SERVICES
+    from vmsched_services.runner import run
+
+    asyncio.run(run(list(SERVICES), settings()))
+    return EXIT_OK
+
+
+def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
+    """`run` and `up`."""
+    s = command(sub, "run", "run one service", cmd_run)
+    from vmsched_services import SERVICES  # loaded with this package already
+
+    s.add_argument("service", choices=list(SERVICES), help="the service to run")
+    command(sub, "up", "run every service in this process (development)", cmd_up)
+
+
+__all__ = ["add_commands", "cmd_run", "cmd_up"]
