@@ -33,7 +33,7 @@ GROUP = 8
 async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
     """One selector (so one group holds every waiting request), a filter-worker and the tracker.
     Aging is slowed to a minute so the waits of these tests do not reorder them (the unit tests
-    of scheduling.queueing pin aging)."""
+    of lifecycle.queueing pin aging)."""
     await migrate(database)
     cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP, "priority_aging_s": 60.0})
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):

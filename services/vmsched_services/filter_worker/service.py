@@ -2,8 +2,8 @@
 
 Thin by design: decode, bring the cluster's cached state up to the request's version, call the pure
 logic (vmsched.scheduling.placement.place_group: filter, weigh and select each request of the group
-in order; or pipeline.run_filters for one VM), encode. Run as many as the load needs: they share the
-queues.
+in order, returning the pending records of the ones placed, which the selector records as they are;
+or pipeline.run_filters for one VM), encode. Run as many as the load needs: they share the queues.
 """
 
 from __future__ import annotations

@@ -145,6 +145,12 @@ class PlaceRequest(Message):
         description="How long the pending records of the placed VMs will live, seconds (the worker counts them for "
         "the later requests of the group with this expiry).",
     )
+    fencing_token: Int = Field(
+        0,
+        ge=0,
+        le=MAX_INT,
+        description="The cluster lock acquisition the group is placed under: the pending records returned carry it.",
+    )
 
 
 class PlaceOutcome(StrEnum):
@@ -173,6 +179,12 @@ class PlaceResult(Message):
         None,
         description="The first VM's explanation (a batch's summary says how many were placed); for `unplaceable`, "
         "the VM that did not fit. Null for `wait` and `error`.",
+    )
+    pending: list[PendingEntry] = Field(
+        default_factory=list,
+        max_length=1001,
+        description="When `placed`: what each placed VM holds on its host, in request order, with the group's "
+        "fencing token and expiry (the selector records exactly these).",
     )
     error: ErrorInfo | None = Field(None, description="Why, when `error`.")
 

@@ -222,7 +222,9 @@ class LocalSteps:
 
 async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult]:
     """Place the requests of `group` in order on one cluster's hosts, each seeing what the earlier
-    ones placed as pending: the same decisions as placing them one at a time with `place`.
+    ones placed as pending: the same decisions as placing them one at a time with `place`. A placed
+    request's result carries its pending records (the group's fencing token, expiring
+    `pending_ttl_s` after the group's `now`): what the selector records, as they were counted here.
 
     A request that cannot be evaluated (an unknown unit, an invalid property) gets an `error`
     result; the rest of the group goes on.
@@ -245,7 +247,9 @@ async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult
 
         def pending_for(vm: VmSpec, host_id: str, request_id: UUID = request.request_id) -> PendingEntry:
             expires = group.now + group.pending_ttl_s
-            return pending_entry(vm, host_id, request_id=request_id, fencing_token=0, expires_at=expires)
+            return pending_entry(
+                vm, host_id, request_id=request_id, fencing_token=group.fencing_token, expires_at=expires
+            )
 
         try:
             outcome = await place(
@@ -275,6 +279,7 @@ def _result(request_id: UUID, outcome: Outcome) -> PlaceResult:
             outcome=PlaceOutcome.PLACED,
             placements=outcome.placements,
             explanation=outcome.explanation,
+            pending=outcome.pending,
         )
     if isinstance(outcome, Unplaceable):
         return PlaceResult(request_id=request_id, outcome=PlaceOutcome.UNPLACEABLE, explanation=outcome.explanation)

@@ -1,7 +1,7 @@
 """The order in which requests waiting for one cluster are decided (pure, no I/O).
 
-A selector decides the requests queued for a cluster in groups under one lock acquisition. Which go
-first, and so get the best hosts when capacity is short:
+The request lifecycle decides the requests queued for a cluster in groups under one lock acquisition.
+Which go first, and so get the best hosts when capacity is short:
 
 1. **Effective priority**, higher first: the request's `priority` plus one for every
    `aging_s` seconds it has waited, so a low-priority request is never starved: it overtakes any

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from vmsched.scheduling.queueing import Waiting, decision_order, effective_priority
+from vmsched.lifecycle.queueing import Waiting, decision_order, effective_priority
 
 AGING = 1.0
 

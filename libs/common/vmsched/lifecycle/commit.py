@@ -1,0 +1,109 @@
+"""The one fenced commit of a group's outcomes, placed, unplaceable and waiting alike.
+
+Under the cluster's lock, with its fencing token:
+
+1. the pending records of every placed VM of the group, in one write, fenced (store.pending);
+2. every decision, placed and unplaceable, in one write, fenced (store.decisions.put_many): a
+   request id that already has a decision keeps it;
+3. their events published side by side, then marked published in one write (lifecycle.events);
+4. each request handed its stored decision; a waiting one its pending version (nothing to write).
+
+A newer lock holder (a token that is no longer the cluster's latest) refuses the commit: FencedOut,
+nothing written by the refused step, and every request of the commit hears it. The pending write
+comes first, so a refused commit never stores a placed decision whose VMs hold nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from vmsched.contracts import ScheduleDecision
+from vmsched.lifecycle import decisions as d
+from vmsched.lifecycle.events import Events
+from vmsched.lifecycle.replay import Stored, event_of
+from vmsched.lifecycle.timing import Stages, StageTimer, lap_all
+from vmsched.lifecycle.turns import Outcome, Verdict, Wait, fail, settle
+from vmsched.store import DecisionStore, PendingStore
+
+
+class Commit:
+    def __init__(
+        self, pending: PendingStore, decisions: DecisionStore, events: Events, timer: StageTimer, decision_ttl_s: float
+    ) -> None:
+        self.pending = pending
+        self.decisions = decisions
+        self.events = events
+        self.timer = timer
+        self.decision_ttl_s = decision_ttl_s
+
+    async def __call__(self, cluster: str, token: int, outcomes: Sequence[Outcome]) -> None:
+        """Commit the outcomes of one group of `cluster` under the lock acquisition `token` and settle
+        each request. Raises what refused or failed a write (FencedOut, a Redis error), after handing
+        it to every request still to be stored."""
+        verdicts: list[Verdict] = []
+        for outcome in outcomes:
+            if isinstance(outcome, Wait):
+                settle(outcome.turn, outcome.pending_version)
+            else:
+                verdicts.append(outcome)
+        if not verdicts:
+            return
+        try:
+            await self._store(cluster, token, verdicts)
+        except Exception as exc:
+            for verdict in verdicts:
+                fail(verdict.turn, exc)
+            raise
+
+    async def _store(self, cluster: str, token: int, verdicts: list[Verdict]) -> None:
+        entries = [e for v in verdicts for e in v.pending]
+        if entries:
+            since = time.perf_counter()
+            await self.pending.record(cluster, entries, token)
+            lap_all(self.timer, [v.turn.stages for v in verdicts if v.placed], "record_pending", since)
+        decisions = [_decision(v, token) for v in verdicts]
+        stored = await self.decisions.put_many(
+            [(decision, v.turn.fingerprint) for decision, v in zip(decisions, verdicts, strict=True)],
+            token=token,
+            ttl_s=self.decision_ttl_s,
+        )
+        # Exactly one event per stored decision: ours, or one stored before for the same request
+        # whose event was never confirmed.
+        events: list[tuple[ScheduleDecision, Stages] | None] = []
+        for v, (created, record) in zip(verdicts, stored, strict=True):
+            event = event_of(created, record, v.turn.fingerprint)
+            events.append(None if event is None else (event, v.turn.stages))
+        failed = await self.events.publish_many(cluster, events)
+        for i, (v, (created, record)) in enumerate(zip(verdicts, stored, strict=True)):
+            if i in failed:
+                # Stored but its event not confirmed: a replay of the request id publishes it.
+                fail(v.turn, failed[i])
+            else:
+                settle(v.turn, Stored(record, ours=created))
+
+
+def _decision(verdict: Verdict, token: int) -> ScheduleDecision:
+    turn = verdict.turn
+    if verdict.placed:
+        return d.placed(
+            turn.req,
+            turn.started,
+            verdict.placements,
+            verdict.explanation,
+            policy=turn.policy.name,
+            version=verdict.version,
+            token=token,
+            retried=turn.retried,
+        )
+    return d.unplaceable(
+        turn.req,
+        turn.started,
+        verdict.explanation,
+        policy=turn.policy.name,
+        version=verdict.version,
+        retried=turn.retried,
+    )
+
+
+__all__ = ["Commit"]

@@ -1,0 +1,196 @@
+"""Placing a group's requests under the cluster's lock, one of two ways, into outcomes to commit.
+
+* In a filter-worker (VMSCHED_PLACE_IN_WORKER, the default): one `place` call per run of requests
+  under the same policy (it can change while they wait); the worker filters, weighs and selects
+  each request in order, each seeing the earlier ones as pending, and returns the pending records
+  of the ones it placed (stamped with the group's fencing token).
+* Here: vmsched.scheduling.placement.place for each request in turn, with filter and weigh steps
+  that call the filter-workers and weighers per VM.
+
+Either way a request already decided meanwhile gets that decision, one whose deadline passed is not
+placed, and one whose own evaluation failed hears why while the rest of the group goes on. Placed
+and unplaceable requests come back as a Verdict, waiting ones as a Wait: lifecycle.commit writes them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from vmsched.bus import Bus
+from vmsched.contracts import ErrorInfo, PendingEntry, PlaceOutcome, PlaceResult, ScheduleDecision, ScoreTable, VmSpec
+from vmsched.errors import RemoteError, VmschedError
+from vmsched.lifecycle.calls import filter_call, place_call, weigh_call
+from vmsched.lifecycle.decisions import expired, expired_decision
+from vmsched.lifecycle.events import Events
+from vmsched.lifecycle.replay import Stored
+from vmsched.lifecycle.timing import StageTimer, lap_all, timed
+from vmsched.lifecycle.turns import Outcome, Turn, Verdict, Wait, fail, runs, settle
+from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.pipeline import candidate_hosts
+from vmsched.scheduling.placement import Placed, Screening, Unplaceable, WaitForPending, pending_entry, place
+from vmsched.settings import Settings
+from vmsched.store.decisions import StoredDecision
+
+
+class Placing:
+    def __init__(self, bus: Bus, events: Events, timer: StageTimer, settings: Settings) -> None:
+        self.bus = bus
+        self.events = events
+        self.timer = timer
+        self.settings = settings
+
+    @property
+    def may_wait(self) -> bool:
+        """Whether a request may wait for pending to change at all."""
+        return self.settings.pending_wait_s > 0
+
+    async def in_workers(
+        self,
+        cluster: str,
+        group: list[Turn],
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+        records: Sequence[StoredDecision | None],
+    ) -> list[Outcome]:
+        """The group placed by filter-workers; `records`: what is stored for each request id."""
+        live: list[Turn] = []
+        for turn, record in zip(group, records, strict=True):
+            if record is not None:
+                settle(turn, await self.events.found(record, turn.fingerprint, turn.stages))
+            elif expired(turn.req):
+                settle(turn, expired_decision(turn.req, turn.started, turn.policy.name))
+            else:
+                live.append(turn)
+        outcomes: list[Outcome] = []
+        seen = list(pending)  # the cluster's pending, then what the group placed so far
+        for run in runs(live):
+            since = time.perf_counter()
+            try:
+                reply = await place_call(
+                    self.bus,
+                    cluster,
+                    run,
+                    version=version,
+                    pending=seen,
+                    token=token,
+                    may_wait=self.may_wait,
+                    pending_ttl_s=self.settings.pending_ttl_s,
+                )
+            except VmschedError as exc:  # no worker answered, or it failed on the whole group
+                for turn in run:
+                    fail(turn, exc)
+                continue
+            lap_all(self.timer, [turn.stages for turn in run], "place", since)
+            for turn, result in zip(run, reply.results, strict=True):
+                outcome = _outcome(turn, result, token, pending_version, reply.state_version)
+                if isinstance(outcome, RemoteError):
+                    fail(turn, outcome)
+                    continue
+                outcomes.append(outcome)
+                if isinstance(outcome, Verdict):
+                    seen.extend(outcome.pending)
+        return outcomes
+
+    async def here(
+        self,
+        group: list[Turn],
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+        table: HostTable,
+    ) -> list[Outcome]:
+        """The group placed one request after another in this process (VMSCHED_PLACE_IN_WORKER=false)."""
+        outcomes: list[Outcome] = []
+        seen = list(pending)  # the cluster's pending, then what the group placed so far
+        for turn in group:
+            try:
+                result = await self._one(turn, token, pending_version, seen, version, table)
+            except VmschedError as exc:
+                # This request's own failure (a worker that died under its call, a refused request):
+                # it hears why; the rest of the group goes on.
+                fail(turn, exc)
+                continue
+            if isinstance(result, (Verdict, Wait)):
+                outcomes.append(result)
+                if isinstance(result, Verdict):
+                    seen.extend(result.pending)
+            else:
+                settle(turn, result)
+        return outcomes
+
+    async def _one(
+        self,
+        turn: Turn,
+        token: int,
+        pending_version: int,
+        pending: list[PendingEntry],
+        version: int,
+        table: HostTable,
+    ) -> Outcome | Stored | ScheduleDecision:
+        req, policy, stages = turn.req, turn.policy, turn.stages
+        found = await self.events.decided_meanwhile(req, turn.fingerprint, stages)
+        if found is not None:
+            return found
+        if expired(req):
+            return expired_decision(req, turn.started, policy.name)
+        cands = candidate_hosts(table, req.whitelist, req.blacklist)
+        ours = {vm.vm_id for vm in req.vms}
+
+        async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> Screening:
+            with timed(self.timer, stages, "filter"):
+                reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), seen)
+            return Screening(reply.survivors, reply.removed)
+
+        async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> ScoreTable:
+            with timed(self.timer, stages, "weigh"):
+                return await weigh_call(self.bus, req, vm, policy, version, list(hosts), seen)
+
+        def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
+            expires = time.time() + self.settings.pending_ttl_s
+            return pending_entry(vm, host_id, request_id=req.request_id, fencing_token=token, expires_at=expires)
+
+        outcome = await place(
+            req,
+            policy.filter_names(),
+            cands.ids,
+            [e for e in pending if e.vm_id not in ours],
+            filter_fn=filter_fn,
+            weigh_fn=weigh_fn,
+            pending_for=pending_for,
+            may_wait=turn.may_wait and self.may_wait,
+        )
+        if isinstance(outcome, WaitForPending):
+            return Wait(turn, pending_version)
+        if isinstance(outcome, Unplaceable):
+            return Verdict(turn, [], [], outcome.explanation, version)
+        assert isinstance(outcome, Placed)
+        return Verdict(turn, outcome.placements, outcome.pending, outcome.explanation, version)
+
+
+def _outcome(turn: Turn, result: PlaceResult, token: int, pending_version: int, version: int) -> Outcome | RemoteError:
+    """What a `place` result comes to for its request."""
+    if result.outcome is PlaceOutcome.PLACED and result.explanation is not None:
+        if not _records_placements(result, token):
+            return RemoteError("internal", "the filter-worker placed a request without its pending records")
+        return Verdict(turn, result.placements, result.pending, result.explanation, version)
+    if result.outcome is PlaceOutcome.UNPLACEABLE and result.explanation is not None:
+        return Verdict(turn, [], [], result.explanation, version)
+    if result.outcome is PlaceOutcome.WAIT:
+        return Wait(turn, pending_version)
+    error = result.error or ErrorInfo(code="internal", message="the filter-worker gave no result")
+    return RemoteError(error.code, error.message)
+
+
+def _records_placements(result: PlaceResult, token: int) -> bool:
+    """A placed result carries one pending record per placement, same VM and host, under `token`
+    (recording anything else would hold resources where nothing was placed, or be fenced)."""
+    return [(p.vm_id, p.host_id) for p in result.placements] == [(e.vm_id, e.host_id) for e in result.pending] and all(
+        e.fencing_token == token for e in result.pending
+    )
+
+
+__all__ = ["Placing"]
