@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
@@ -22,8 +21,6 @@ from vmsched.contracts import (
     VmSpec,
     VmStatus,
 )
-from vmsched.db import PolicyRepository
-from vmsched.db import connect as connect_pg
 from vmsched.scheduling.policy import FilterSequence, Policy, PolicyFilter, PolicyWeight
 
 pytestmark = pytest.mark.e2e
@@ -54,13 +51,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
 ) -> None:
     await stack.start("state-tracker", "filter-worker", "weigher", "selector")
     cluster = f"mixed-{unique}"
-    pool = await connect_pg(stack.settings.postgres_url)
-    try:
-        repo = PolicyRepository(pool)
-        await repo.create(MIXED)
-        await repo.set_cluster_policy(cluster, MIXED.id)
-    finally:
-        await pool.close()
+    await attach_policy(stack.settings, cluster, MIXED)
 
     await client.report_cluster(ClusterReport(cluster_id=cluster))
     now = datetime.now(UTC)
@@ -124,21 +115,9 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     assert d.alternates == ["h-mid"]
 
     # `vmsched explain` shows the same decision as a table, as an operator would read it
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        "explain",
-        str(d.request_id),
-        "--hosts",
-        "0",
-        env=stack.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
+    code, out, err = await vmsched(stack.env, "explain", str(d.request_id), "--hosts", "0", timeout=30)
+    assert code == 0, err
+    lines = out.splitlines()
     header = next(line for line in lines if "factor" in line).split()
     assert header[1:3] == ["h-big", "h-mid"]
     compute = next(line for line in lines if line.strip().startswith("ComputeFilter")).split()
