@@ -188,6 +188,11 @@ def vm(**kw: Any) -> VmSpec:
     return vm_spec(**spec)
 
 
+def floats(values: Iterable[Any]) -> list[float]:
+    """A unit's raw weights (or any numbers of an array) as plain floats, to compare with a list."""
+    return [float(x) for x in values]
+
+
 def kept(hosts: HostTable, verdict: FilterVerdict) -> list[str]:
     """The ids of the hosts a filter kept, in table order."""
     return [h for h, k in zip(hosts.ids, verdict.keep, strict=True) if k]
