@@ -9,17 +9,14 @@ import pytest
 
 from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
+from tests.factories import host_report, vm_report
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     AffinityGroup,
     AffinityRule,
     ClusterReport,
     DecisionStatus,
-    HostReport,
-    HostStatus,
-    VmReport,
     VmSpec,
-    VmStatus,
 )
 from vmsched.scheduling.policy import FilterSequence, Policy, PolicyFilter, PolicyWeight
 
@@ -67,10 +64,9 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     }
     for host, (zone, enabled, free) in layout.items():
         await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=host,
-                status=HostStatus.UP,
+            host_report(
+                cluster,
+                host,
                 cpu_cores=16,
                 physical_mem_mb=free,
                 mem_free_mb=free,
@@ -81,9 +77,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
             )
         )
     # a member of the VM's anti-affinity group runs on h-member
-    await client.report_vm(
-        VmReport(cluster_id=cluster, vm_id="other", status=VmStatus.RUNNING, host_id="h-member", mem_mb=512, vcpus=1)
-    )
+    await client.report_vm(vm_report(cluster, "other", "h-member", mem_mb=512, vcpus=1))
     await client.wait_for_state(cluster, hosts=len(layout))
 
     vm = VmSpec(

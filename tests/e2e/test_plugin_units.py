@@ -11,8 +11,9 @@ import pytest
 
 from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
+from tests.factories import host_report, vm_report
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, VmReport, VmSpec, VmStatus
+from vmsched.contracts import ClusterReport, DecisionStatus, VmSpec
 from vmsched.scheduling.policy import Policy, PolicyFilter, PolicyWeight
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.redis import connect as connect_redis
@@ -44,10 +45,9 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
 
     async def report(host: str, rack: str | None) -> None:
         await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=host,
-                status=HostStatus.UP,
+            host_report(
+                cluster,
+                host,
                 cpu_cores=16,
                 physical_mem_mb=32768,
                 mem_free_mb=32768,
@@ -61,11 +61,7 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
         await report(host, rack)
     # rack r1 runs two VMs, r2 none
     for n in range(2):
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id=f"busy-{n}", status=VmStatus.RUNNING, host_id="h-r1a", mem_mb=512, vcpus=1
-            )
-        )
+        await client.report_vm(vm_report(cluster, f"busy-{n}", "h-r1a", mem_mb=512, vcpus=1))
     await report("h-r3", "r3")  # last: the state tracker applies reports in order, so the VMs are in
     await client.wait_for_state(cluster, hosts=len(racks))
 

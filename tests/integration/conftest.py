@@ -11,7 +11,8 @@ RabbitMQ only. The memory bus is a drift detector as much as a fast bus: a test 
 and fails on the other has found a difference between AmqpBus and MemoryBus.
 
 Tests of the Redis stores take `keys` (key names no other test uses) and, to count round trips,
-`counted` (a Redis client that notes every command it sends).
+`counted` (a Redis client that notes every command it sends); `superseded_lease` gives a fencing
+token that a newer one has replaced.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
-from vmsched.store import Keys
+from vmsched.store import ClusterLock, Keys, Lease
 from vmsched_services.runner import run
 
 #: How long the services get to start (all of them ready) and to stop.
@@ -130,6 +131,14 @@ async def counted(settings: Settings) -> AsyncIterator[tuple[aioredis.Redis, lis
     await client.ping()
     yield client, sent
     await client.aclose()
+
+
+async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lease]:
+    """A lease of `cluster` released, and the one acquired after it (still held): writes under the
+    first's token are fenced out."""
+    stale = await locks.acquire(cluster)
+    await locks.release(stale)
+    return stale, await locks.acquire(cluster)
 
 
 @contextlib.asynccontextmanager

@@ -9,6 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.factories import schedule_decision
+from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleDecision
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
@@ -82,9 +83,7 @@ async def test_a_fenced_out_write_adds_nothing(
 ) -> None:
     cluster = f"c-{unique}"
     locks = ClusterLock(redis_client, settings, keys=keys)
-    stale = await locks.acquire(cluster)
-    await locks.release(stale)
-    current = await locks.acquire(cluster)
+    stale, current = await superseded_lease(locks, cluster)
     try:
         with pytest.raises(FencedOut):
             await store.put(decided(cluster, 1), fingerprint="fp", token=stale.token)

@@ -15,6 +15,7 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from tests.factories import schedule_decision
+from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleDecision
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
@@ -92,9 +93,7 @@ async def test_a_stale_token_writes_nothing_at_all(
 ) -> None:
     cluster = f"c-{unique}"
     locks = ClusterLock(redis_client, settings, keys=keys)
-    old = await locks.acquire(cluster)
-    await locks.release(old)
-    new = await locks.acquire(cluster)
+    old, new = await superseded_lease(locks, cluster)
     try:
         stored = schedule_decision(cluster, uuid.uuid4(), "old")
         assert (await store.put(stored, fingerprint="fp-old", token=new.token))[0]

@@ -10,6 +10,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.factories import schedule_decision
+from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleRequest, VmSpec
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
@@ -46,9 +47,7 @@ async def test_put_with_a_stale_token_is_fenced_out(
     cluster = f"c-{unique}"
     locks = ClusterLock(redis_client, settings)
     store = DecisionStore(redis_client, settings)
-    old = await locks.acquire(cluster)
-    await locks.release(old)
-    new = await locks.acquire(cluster)
+    old, new = await superseded_lease(locks, cluster)
     rid = uuid.uuid4()
     with pytest.raises(FencedOut, match=f"token {old.token} is not the latest"):
         await store.put(schedule_decision(cluster, rid), fingerprint="fp", token=old.token)
