@@ -478,8 +478,8 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
     run_keys: Keys,
     unique: str,
 ) -> None:
-    """The weigher used to fail with AssertionError (an internal error) when its cached table, new
-    enough by version number, lacked the request's hosts."""
+    """A cached table new enough by version number but lacking the request's hosts is reloaded (or
+    StaleState answered), never an internal error."""
     c = f"c-{unique}"
     for h in ("h1", "h2", "h3", "h4", "h5"):
         await writer.apply_host(host(c, h))
