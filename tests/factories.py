@@ -2,7 +2,8 @@
 
 Plain messages: host_report, vm_report, vm_spec, pending_entry take the ids plus any field; a
 field not given is the model's own default (HostReport's reserved_mem_mb is 321), except the
-status, UP for hosts and RUNNING for VMs. A test module whose data shares other values states them
+status, UP for hosts and RUNNING for VMs; schedule_decision is a VM placed on h1, decided now and
+explained as "1/1 hosts available". A test module whose data shares other values states them
 once, e.g. `host = partial(host_report, cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000)`.
 
 make_cluster reports a cluster and its hosts through a SchedulerClient and waits until the state
@@ -23,14 +24,18 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from vmsched.contracts import (
     ClusterReport,
+    DecisionStatus,
+    Explanation,
     HostReport,
     HostState,
     HostStatus,
     PendingEntry,
+    ScheduleDecision,
     VmReport,
     VmSpec,
     VmStatus,
@@ -90,6 +95,33 @@ def pending_entry(
         expires_at=time.time() + ttl if expires_at is None else expires_at,
         **kw,
     )
+
+
+def schedule_decision(
+    cluster_id: str,
+    request_id: uuid.UUID | None = None,
+    host_id: str | None = "h1",
+    *,
+    vm_id: str | None = None,
+    decided_at: datetime | None = None,
+    explanation: Explanation | None = None,
+    **kw: Any,
+) -> ScheduleDecision:
+    """A PLACED decision for `request_id` (a fresh one if None) on `host_id`, decided at `decided_at`
+    (now if None); the VM id is derived from the request id unless given. Other fields go as given."""
+    rid = uuid.uuid4() if request_id is None else request_id
+    fields: dict[str, Any] = {
+        "request_id": rid,
+        "cluster_id": cluster_id,
+        "vm_id": f"vm-{rid.hex[:6]}" if vm_id is None else vm_id,
+        "status": DecisionStatus.PLACED,
+        "host_id": host_id,
+        "explanation": explanation or Explanation(summary="1/1 hosts available", candidates=1),
+        "decided_at": datetime.now(UTC) if decided_at is None else decided_at,
+        "elapsed_ms": 1.0,
+    }
+    fields.update(kw)
+    return ScheduleDecision.model_validate(fields)
 
 
 async def make_cluster(
@@ -154,6 +186,11 @@ def vm(**kw: Any) -> VmSpec:
     spec: dict[str, Any] = {"vm_id": "vm1", "mem_mb": 1024, "vcpus": 2}
     spec.update(kw)
     return vm_spec(**spec)
+
+
+def floats(values: Iterable[Any]) -> list[float]:
+    """A unit's raw weights (or any numbers of an array) as plain floats, to compare with a list."""
+    return [float(x) for x in values]
 
 
 def kept(hosts: HostTable, verdict: FilterVerdict) -> list[str]:

@@ -40,6 +40,12 @@ async def migrated_database(database: str) -> str:
 
 
 @pytest.fixture
+def cli_settings(settings: Settings, migrated_database: str) -> Settings:
+    """The run's settings on the migrated database, as a user's shell gives them to `vmsched`."""
+    return settings.model_copy(update={"postgres_url": migrated_database})
+
+
+@pytest.fixture
 def service_settings(settings: Settings, migrated_database: str) -> Settings:
     """The settings every service process (and the test's clients) use."""
     return settings.model_copy(update={"postgres_url": migrated_database, **SERVICE_OVERRIDES})

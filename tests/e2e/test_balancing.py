@@ -8,13 +8,12 @@ from functools import partial
 
 import pytest
 
+from tests.e2e.cli import attach_policy
 from tests.e2e.conftest import ServiceStack
 from tests.factories import host_report, vm_report
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, MigrationDecision
-from vmsched.db import PolicyRepository
-from vmsched.db import connect as connect_pg
 from vmsched.store.lease import Leases
 from vmsched.store.redis import connect
 
@@ -32,14 +31,8 @@ async def test_a_hot_host_gets_a_migration_then_the_cluster_calms_down(stack: Se
         update={"balance_interval_s": INTERVAL_S, "lease_ttl_s": 0.6, "migration_cooldown_s": 60.0}
     )
     cluster = f"drift-{unique}"
-    pool = await connect_pg(stack.settings.postgres_url)
-    try:
-        # evenly_distributed balances CPU: HighUtilization 80; a one-minute window keeps the test short
-        await PolicyRepository(pool).set_cluster_policy(
-            cluster, "evenly_distributed", properties={"CpuOverCommitDurationMinutes": "1"}
-        )
-    finally:
-        await pool.close()
+    # evenly_distributed balances CPU: HighUtilization 80; a one-minute window keeps the test short
+    await attach_policy(stack.settings, cluster, "evenly_distributed", properties={"CpuOverCommitDurationMinutes": "1"})
     await stack.start("state-tracker", "filter-worker", "weigher", "selector", "balancer")
 
     async with SchedulerClient(stack.settings) as client:
@@ -80,11 +73,7 @@ async def test_killing_the_lease_holder_hands_the_cluster_to_another_balancer(st
         update={"balance_interval_s": INTERVAL_S, "lease_ttl_s": 0.6, "migration_cooldown_s": 60.0}
     )
     cluster = f"takeover-{unique}"
-    pool = await connect_pg(stack.settings.postgres_url)
-    try:
-        await PolicyRepository(pool).set_cluster_policy(cluster, "vm_evenly_distributed")
-    finally:
-        await pool.close()
+    await attach_policy(stack.settings, cluster, "vm_evenly_distributed")
     await stack.start("state-tracker", "filter-worker", "weigher", "selector", "balancer", "balancer")
     balancers = {p.pid: p for p in stack.procs if p.name == "balancer"}
 

@@ -3,28 +3,21 @@ asserted here: only that every measured path ran and produced numbers."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-from vmsched.db import migrate
+from tests.e2e.cli import vmsched
 from vmsched.settings import Settings
-from vmsched_services.tools.procs import settings_env
 
 pytestmark = pytest.mark.e2e
 
 
-async def test_bench_measures_every_path_and_writes_json(settings: Settings, database: str, tmp_path: Path) -> None:
-    await migrate(database)
-    env = settings_env(settings.model_copy(update={"postgres_url": database}))
+async def test_bench_measures_every_path_and_writes_json(cli_settings: Settings, tmp_path: Path) -> None:
     out_file = tmp_path / "bench.json"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
+    code, out, err = await vmsched(
+        cli_settings,
         "bench",
         "--hosts",
         "20",
@@ -38,12 +31,9 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         "3",
         "--json-out",
         str(out_file),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        timeout=300,
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 300)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    assert code == 0, err[-3000:]
     result = json.loads(out_file.read_text())
     assert result["hop"]["p50_ms"] > 0
     assert result["lock"]["p50_ms"] > 0
@@ -70,5 +60,5 @@ async def test_bench_measures_every_path_and_writes_json(settings: Settings, dat
         "OptimalForHaReservation",
     }
     assert all(u["ms"] > 0 and u["no_fit_ms"] > 0 for u in balance["units"].values())
-    assert "decisions/s" in out.decode()
-    assert "balance pass" in out.decode()
+    assert "decisions/s" in out
+    assert "balance pass" in out

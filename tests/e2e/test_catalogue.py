@@ -2,28 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 
+from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
+from tests.factories import host_report, vm_report
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     AffinityGroup,
     AffinityRule,
     ClusterReport,
     DecisionStatus,
-    HostReport,
-    HostStatus,
-    VmReport,
     VmSpec,
-    VmStatus,
 )
-from vmsched.db import PolicyRepository
-from vmsched.db import connect as connect_pg
 from vmsched.scheduling.policy import FilterSequence, Policy, PolicyFilter, PolicyWeight
 
 pytestmark = pytest.mark.e2e
@@ -54,13 +48,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
 ) -> None:
     await stack.start("state-tracker", "filter-worker", "weigher", "selector")
     cluster = f"mixed-{unique}"
-    pool = await connect_pg(stack.settings.postgres_url)
-    try:
-        repo = PolicyRepository(pool)
-        await repo.create(MIXED)
-        await repo.set_cluster_policy(cluster, MIXED.id)
-    finally:
-        await pool.close()
+    await attach_policy(stack.settings, cluster, MIXED)
 
     await client.report_cluster(ClusterReport(cluster_id=cluster))
     now = datetime.now(UTC)
@@ -76,10 +64,9 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     }
     for host, (zone, enabled, free) in layout.items():
         await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=host,
-                status=HostStatus.UP,
+            host_report(
+                cluster,
+                host,
                 cpu_cores=16,
                 physical_mem_mb=free,
                 mem_free_mb=free,
@@ -90,9 +77,7 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
             )
         )
     # a member of the VM's anti-affinity group runs on h-member
-    await client.report_vm(
-        VmReport(cluster_id=cluster, vm_id="other", status=VmStatus.RUNNING, host_id="h-member", mem_mb=512, vcpus=1)
-    )
+    await client.report_vm(vm_report(cluster, "other", "h-member", mem_mb=512, vcpus=1))
     await client.wait_for_state(cluster, hosts=len(layout))
 
     vm = VmSpec(
@@ -124,21 +109,9 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     assert d.alternates == ["h-mid"]
 
     # `vmsched explain` shows the same decision as a table, as an operator would read it
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        "explain",
-        str(d.request_id),
-        "--hosts",
-        "0",
-        env=stack.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    lines = out.decode().splitlines()
+    code, out, err = await vmsched(stack.env, "explain", str(d.request_id), "--hosts", "0", timeout=30)
+    assert code == 0, err
+    lines = out.splitlines()
     header = next(line for line in lines if "factor" in line).split()
     assert header[1:3] == ["h-big", "h-mid"]
     compute = next(line for line in lines if line.strip().startswith("ComputeFilter")).split()

@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 
 import pytest
 
-from vmsched.db import migrate
+from tests.e2e.cli import vmsched
 from vmsched.settings import Settings
-from vmsched_services.tools.procs import settings_env
 
 pytestmark = pytest.mark.e2e
 
 
-async def test_demo_places_vms_and_overcommits_no_host(settings: Settings, database: str) -> None:
-    await migrate(database)
-    env = settings_env(settings.model_copy(update={"postgres_url": database}))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        "demo",
-        "--json",
-        "--clusters",
-        "2",
-        "--hosts",
-        "6",
-        "--requests",
-        "60",
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+async def test_demo_places_vms_and_overcommits_no_host(cli_settings: Settings) -> None:
+    code, out, err = await vmsched(
+        cli_settings, "demo", "--json", "--clusters", "2", "--hosts", "6", "--requests", "60", timeout=120
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert code == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
     assert summary["requests"] == 60
     assert summary["placed"] > 30
     assert summary["placed"] + summary["unplaceable"] + summary["expired"] == 60

@@ -10,7 +10,6 @@ it in asyncapi.json (vmsched_services.tools.asyncapi), not in the engine.
 from __future__ import annotations
 
 import ast
-import asyncio
 import json
 import re
 import shutil
@@ -20,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.cli import run_program
 from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.bus import dispatch
@@ -86,7 +86,7 @@ async def test_an_engine_written_from_contracts_alone_gets_a_vm_placed(
     cluster = f"from-contracts-{unique}"
 
     settings = stack.settings
-    proc = await asyncio.create_subprocess_exec(
+    code, out, err = await run_program(
         sys.executable,
         "-I",
         "-c",
@@ -97,17 +97,10 @@ async def test_an_engine_written_from_contracts_alone_gets_a_vm_placed(
         settings.amqp_prefix,
         cluster,
         cwd=scratch,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        timeout=ENGINE_TIMEOUT_S,
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), ENGINE_TIMEOUT_S)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode(errors="replace")[-4000:]
-    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    assert code == 0, err[-4000:]
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
 
     hosts = [f"{cluster}-h{i}" for i in range(3)]
     assert result["hosts"] == hosts  # the host with a field from a newer engine is among them

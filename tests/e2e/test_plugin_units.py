@@ -3,19 +3,17 @@ in service processes, as an operator would run them after `pip install` of the p
 
 from __future__ import annotations
 
-import asyncio
-import sys
 import uuid
 from datetime import UTC, datetime
 from importlib import metadata
 
 import pytest
 
+from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
+from tests.factories import host_report, vm_report
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, HostStatus, VmReport, VmSpec, VmStatus
-from vmsched.db import PolicyRepository
-from vmsched.db import connect as connect_pg
+from vmsched.contracts import ClusterReport, DecisionStatus, VmSpec
 from vmsched.scheduling.policy import Policy, PolicyFilter, PolicyWeight
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.redis import connect as connect_redis
@@ -39,13 +37,7 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
 ) -> None:
     await stack.start("state-tracker", "filter-worker", "weigher", "selector")
     cluster = f"racks-{unique}"
-    pool = await connect_pg(stack.settings.postgres_url)
-    try:
-        repo = PolicyRepository(pool)
-        await repo.create(RACKS)
-        await repo.set_cluster_policy(cluster, RACKS.id)
-    finally:
-        await pool.close()
+    await attach_policy(stack.settings, cluster, RACKS)
 
     await client.report_cluster(ClusterReport(cluster_id=cluster))
     now = datetime.now(UTC)
@@ -53,10 +45,9 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
 
     async def report(host: str, rack: str | None) -> None:
         await client.report_host(
-            HostReport(
-                cluster_id=cluster,
-                host_id=host,
-                status=HostStatus.UP,
+            host_report(
+                cluster,
+                host,
                 cpu_cores=16,
                 physical_mem_mb=32768,
                 mem_free_mb=32768,
@@ -70,11 +61,7 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
         await report(host, rack)
     # rack r1 runs two VMs, r2 none
     for n in range(2):
-        await client.report_vm(
-            VmReport(
-                cluster_id=cluster, vm_id=f"busy-{n}", status=VmStatus.RUNNING, host_id="h-r1a", mem_mb=512, vcpus=1
-            )
-        )
+        await client.report_vm(vm_report(cluster, f"busy-{n}", "h-r1a", mem_mb=512, vcpus=1))
     await report("h-r3", "r3")  # last: the state tracker applies reports in order, so the VMs are in
     await client.wait_for_state(cluster, hosts=len(racks))
 
@@ -108,17 +95,7 @@ async def test_a_plugin_filter_and_weight_decide_and_explain_over_the_bus(
         await redis.aclose()
 
     # ... and `vmsched units list` shows where the units come from
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        "units",
-        "list",
-        env=stack.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()
-    line = next(x for x in out.decode().splitlines() if x.startswith("RackLabelFilter "))
+    code, out, err = await vmsched(stack.env, "units", "list", timeout=30)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("RackLabelFilter "))
     assert line.split()[1:4] == ["filter", *ORIGIN.split()]

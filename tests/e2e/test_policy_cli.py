@@ -4,34 +4,18 @@ it, roll it back; and a broken file refused with every problem named and nothing
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests import factories
+from tests.e2e.cli import vmsched
 from vmsched.client import SchedulerClient
 from vmsched.settings import Settings
-from vmsched_services.tools.procs import ServiceStack, settings_env
+from vmsched_services.tools.procs import ServiceStack
 
 pytestmark = pytest.mark.e2e
-
-
-async def vmsched(settings: Settings, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        *args,
-        env=settings_env(settings),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_an_operator_edits_a_policy_in_yaml_applies_attaches_and_rolls_back(

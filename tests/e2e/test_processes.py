@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import json
 import signal
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests import factories
+from tests.e2e.cli import vmsched
 from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
@@ -228,22 +228,10 @@ async def test_vmsched_schedule_command_prints_a_decision(
     vm_file = tmp_path / "vm.json"
     vm_file.write_text(vm(f"{unique}-cli", mem_mb=2048, vcpus=2).model_dump_json())
 
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        "schedule",
-        "--cluster",
-        cluster,
-        "--vm",
-        str(vm_file),
-        "--json",
-        env=stack.env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    code, out, err = await vmsched(
+        stack.env, "schedule", "--cluster", cluster, "--vm", str(vm_file), "--json", timeout=30
     )
-    out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()[-3000:]
+    assert code == 0, err[-3000:]
     decision = ScheduleDecision.model_validate(json.loads(out))
     assert decision.status is DecisionStatus.PLACED
     assert decision.cluster_id == cluster

@@ -4,16 +4,15 @@ replay's cluster alone); either way every decision is the one made in process.""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.e2e.cli import vmsched
 from vmsched.settings import Settings
-from vmsched_services.tools.procs import ServiceStack, settings_env
+from vmsched_services.tools.procs import ServiceStack
 
 pytestmark = pytest.mark.e2e
 
@@ -24,18 +23,9 @@ async def simulate_over_bus(settings: Settings) -> dict[str, Any]:
     argv = ["simulate", "--scenario", "even-vm-count", "--over-bus", "--json"]
     for p in POLICIES:
         argv += ["--policy", p]
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "vmsched_services.tools.cli",
-        *argv,
-        env=settings_env(settings),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    data: dict[str, Any] = json.loads(out.decode())
+    code, out, err = await vmsched(settings, *argv, timeout=180)
+    assert code == 0, err[-3000:]
+    data: dict[str, Any] = json.loads(out)
     return data
 
 

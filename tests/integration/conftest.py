@@ -9,21 +9,27 @@ twice, `test_x[amqp]` on the real RabbitMQ and `test_x[memory]` on one MemoryBro
 module's services and clients (Redis and PostgreSQL stay real in both). Other modules run on
 RabbitMQ only. The memory bus is a drift detector as much as a fast bus: a test that passes on one
 and fails on the other has found a difference between AmqpBus and MemoryBus.
+
+Tests of the Redis stores take `keys` (key names no other test uses) and, to count round trips,
+`counted` (a Redis client that notes every command it sends); `superseded_lease` gives a fencing
+token that a newer one has replaced.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 import pytest
+import redis.asyncio as aioredis
 
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
+from vmsched.store import ClusterLock, Keys, Lease
 from vmsched_services.runner import run
 
 #: How long the services get to start (all of them ready) and to stop.
@@ -94,6 +100,45 @@ async def client(stack: Settings, buses: Buses) -> AsyncIterator[SchedulerClient
     """A SchedulerClient (the engine's side) on the services of the module's `stack`, on the same bus."""
     async with buses.client(stack) as cl:
         yield cl
+
+
+@pytest.fixture
+def keys(settings: Settings, unique: str) -> Keys:
+    """Redis keys of this test alone (under the run's prefix, so they are removed with the run's)."""
+    return Keys(f"{settings.redis_prefix}:t-{unique}")
+
+
+@pytest.fixture
+async def counted(settings: Settings) -> AsyncIterator[tuple[aioredis.Redis, list[str]]]:
+    """A client that notes the command of every request it writes to Redis: one entry per round trip.
+
+    Counted at the client, not with INFO commandstats: those count every client of the server, and
+    other runs and benchmarks use the same Redis.
+    """
+    sent: list[str] = []
+
+    class Counted(aioredis.Connection):
+        async def send_packed_command(self, command: bytes | str | Iterable[bytes], check_health: bool = True) -> None:
+            raw = (
+                command.encode()
+                if isinstance(command, str)
+                else b"".join([command] if isinstance(command, bytes) else command)
+            )
+            sent.append(raw.split(b"\r\n", 3)[2].decode().upper())  # *argc, $len, the command's name
+            await super().send_packed_command(command, check_health)
+
+    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=False, connection_class=Counted)
+    await client.ping()
+    yield client, sent
+    await client.aclose()
+
+
+async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lease]:
+    """A lease of `cluster` released, and the one acquired after it (still held): writes under the
+    first's token are fenced out."""
+    stale = await locks.acquire(cluster)
+    await locks.release(stale)
+    return stale, await locks.acquire(cluster)
 
 
 @contextlib.asynccontextmanager

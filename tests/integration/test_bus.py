@@ -20,7 +20,6 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -31,6 +30,7 @@ import redis.asyncio as aioredis
 import structlog.testing
 from aio_pika.abc import AbstractIncomingMessage
 
+from tests.factories import schedule_decision
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus
 from vmsched.bus.amqp import HEADER_DEADLINE, AmqpBus, dead_letter_queue_arguments
@@ -39,9 +39,7 @@ from vmsched.bus.dispatch import HEADER_ORIGINAL_SIZE, HEADER_TRUNCATED
 from vmsched.contracts import (
     ClusterReport,
     ClusterState,
-    DecisionStatus,
     ErrorReply,
-    Explanation,
     FilteredHost,
     FilterReply,
     FilterRequest,
@@ -243,18 +241,6 @@ def cluster_state(cluster_id: str, version: int = 0) -> ClusterState:
 
 async def echo_state(request: StateRequest) -> ClusterState:
     return cluster_state(request.cluster_id)
-
-
-def decision(cluster_id: str, vm_id: str = "vm1") -> ScheduleDecision:
-    return ScheduleDecision(
-        request_id=uuid.uuid4(),
-        cluster_id=cluster_id,
-        vm_id=vm_id,
-        status=DecisionStatus.PLACED,
-        host_id="h1",
-        decided_at=datetime.now(UTC),
-        explanation=Explanation(summary="placed on h1", candidates=1),
-    )
 
 
 async def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -481,10 +467,12 @@ class TestBus:
         await listener.subscribe([f"{c.DECISION_PREFIX}.*"], [ScheduleDecision], on_decision)
         await listener.subscribe([c.POLICY_CHANGED], [PolicyChanged], on_policy)  # proves it was published
         c1, c2 = f"{unique}-c1", f"{unique}-c2"
-        sent = [decision(c1), decision(c2)]
+        sent = [schedule_decision(c1), schedule_decision(c2)]
         await engine.publish(c.decision_key(c1), sent[0])
         await engine.publish(c.POLICY_CHANGED, PolicyChanged(cluster_id=c1))
-        await engine.publish(f"{c.DECISION_PREFIX}.{c1}.extra", decision(c1, "vm-too-deep"))  # * is one word
+        await engine.publish(
+            f"{c.DECISION_PREFIX}.{c1}.extra", schedule_decision(c1, vm_id="vm-too-deep")
+        )  # * is one word
         await engine.publish(c.decision_key(c2), sent[1])
 
         def ours() -> list[ScheduleDecision]:
@@ -548,7 +536,7 @@ class TestBus:
             got.append(event)
 
         await listener.subscribe([c.decision_key(unique)], [ScheduleDecision], on_decision)
-        bad, good = decision(unique, "bad"), decision(unique, "good")
+        bad, good = schedule_decision(unique, vm_id="bad"), schedule_decision(unique, vm_id="good")
         await engine.publish(c.decision_key(unique), bad)
         await engine.publish(c.decision_key(unique), good)
 
@@ -593,7 +581,7 @@ class TestBus:
             got.append(event)
 
         await listener.subscribe([c.decision_key(unique)], [ScheduleDecision], on_decision)
-        sent = decision(unique)
+        sent = schedule_decision(unique)
         await asyncio.wait_for(engine.publish(c.decision_key(unique), sent), SLACK_S)
         assert got == []
         release.set()

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -16,32 +14,15 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from vmsched.contracts import DecisionStatus, Explanation, ScheduleDecision
+from tests.factories import schedule_decision
+from tests.integration.conftest import superseded_lease
+from vmsched.contracts import ScheduleDecision
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, Keys
 from vmsched.store.decisions import StoredDecision
 
 pytestmark = pytest.mark.integration
-
-
-def _decision(cluster: str, request_id: uuid.UUID, host: str = "h1") -> ScheduleDecision:
-    return ScheduleDecision(
-        request_id=request_id,
-        cluster_id=cluster,
-        vm_id=f"vm-{request_id.hex[:6]}",
-        status=DecisionStatus.PLACED,
-        host_id=host,
-        explanation=Explanation(summary="1/1 hosts available", candidates=1),
-        decided_at=datetime.now(UTC),
-        elapsed_ms=1.0,
-    )
-
-
-@pytest.fixture
-def keys(settings: Settings, unique: str) -> Keys:
-    """Keys of this test alone (under the run's prefix, so they are removed with the run's)."""
-    return Keys(f"{settings.redis_prefix}:decbatch-{unique}")
 
 
 @pytest.fixture
@@ -59,7 +40,7 @@ def _summary(record: StoredDecision | None) -> tuple[str | None, str | None, boo
 async def test_results_follow_the_order_of_the_request(store: DecisionStore, unique: str) -> None:
     cluster = f"c-{unique}"
     rids = [uuid.uuid4() for _ in range(12)]
-    decisions = [_decision(cluster, r, f"h{i}") for i, r in enumerate(rids)]
+    decisions = [schedule_decision(cluster, r, f"h{i}") for i, r in enumerate(rids)]
     stored = await store.put_many([(d, f"fp-{i}") for i, d in enumerate(decisions)])
     assert stored == [(True, StoredDecision(d, f"fp-{i}", False)) for i, d in enumerate(decisions)]
     shuffled = [*rids[5:], *rids[:5]][::-1]
@@ -77,11 +58,11 @@ async def test_put_many_stores_the_new_ones_and_returns_the_earlier_records(
 ) -> None:
     cluster = f"c-{unique}"
     rids = [uuid.uuid4() for _ in range(6)]
-    earlier = {r: _decision(cluster, r, "old") for r in rids[::2]}
+    earlier = {r: schedule_decision(cluster, r, "old") for r in rids[::2]}
     for d in earlier.values():
         assert (await store.put(d, fingerprint="fp-old"))[0]
     await store.mark_published(rids[2])
-    ours = [_decision(cluster, r, "new") for r in rids]
+    ours = [schedule_decision(cluster, r, "new") for r in rids]
     results = await store.put_many([(d, "fp-new") for d in ours], ttl_s=60)
     assert [created for created, _ in results] == [False, True, False, True, False, True]
     assert [_summary(rec) for _, rec in results] == [
@@ -100,7 +81,7 @@ async def test_put_many_stores_the_new_ones_and_returns_the_earlier_records(
 
 async def test_a_request_id_twice_in_one_batch_is_stored_once(store: DecisionStore, unique: str) -> None:
     rid = uuid.uuid4()
-    first, second = _decision(f"c-{unique}", rid, "h1"), _decision(f"c-{unique}", rid, "h2")
+    first, second = schedule_decision(f"c-{unique}", rid, "h1"), schedule_decision(f"c-{unique}", rid, "h2")
     results = await store.put_many([(first, "fp-1"), (second, "fp-2")])
     record = StoredDecision(first, "fp-1", False)
     assert results == [(True, record), (False, record)]
@@ -112,14 +93,12 @@ async def test_a_stale_token_writes_nothing_at_all(
 ) -> None:
     cluster = f"c-{unique}"
     locks = ClusterLock(redis_client, settings, keys=keys)
-    old = await locks.acquire(cluster)
-    await locks.release(old)
-    new = await locks.acquire(cluster)
+    old, new = await superseded_lease(locks, cluster)
     try:
-        stored = _decision(cluster, uuid.uuid4(), "old")
+        stored = schedule_decision(cluster, uuid.uuid4(), "old")
         assert (await store.put(stored, fingerprint="fp-old", token=new.token))[0]
         fresh = [uuid.uuid4() for _ in range(5)]
-        batch = [(_decision(cluster, r, "new"), "fp-new") for r in [*fresh, stored.request_id]]
+        batch = [(schedule_decision(cluster, r, "new"), "fp-new") for r in [*fresh, stored.request_id]]
         with pytest.raises(
             FencedOut, match=f"token {old.token} is not the latest of cluster {cluster} \\({new.token}\\)"
         ):
@@ -141,7 +120,7 @@ async def test_decisions_of_two_clusters_are_refused_before_anything_is_written(
 ) -> None:
     a, b = uuid.uuid4(), uuid.uuid4()
     with pytest.raises(ValueError, match=f"one cluster, got a-{unique} and b-{unique}"):
-        await store.put_many([(_decision(f"a-{unique}", a), "fp"), (_decision(f"b-{unique}", b), "fp")])
+        await store.put_many([(schedule_decision(f"a-{unique}", a), "fp"), (schedule_decision(f"b-{unique}", b), "fp")])
     assert await redis_client.exists(keys.decision(a), keys.decision(b)) == 0
 
 
@@ -155,12 +134,12 @@ async def test_one_request_id_alone_is_not_taken_for_a_list_of_ids(store: Decisi
 async def _seed_odd_records(redis_client: aioredis.Redis, keys: Keys, cluster: str) -> dict[str, uuid.UUID]:
     """One request id per kind of record `records` must cope with, stored raw."""
     rids = {kind: uuid.uuid4() for kind in ("missing", "older", "garbage", "garbage hash", "list", "good")}
-    older = _decision(cluster, rids["older"], "older")
+    older = schedule_decision(cluster, rids["older"], "older")
     await redis_client.set(keys.decision(rids["older"]), older.model_dump_json(), px=60_000)
     await redis_client.set(keys.decision(rids["garbage"]), b"{not json", px=60_000)
     await redis_client.hset(keys.decision(rids["garbage hash"]), mapping={"decision": b"\xff{", "published": "1"})
     await redis_client.rpush(keys.decision(rids["list"]), b"x")
-    good = _decision(cluster, rids["good"], "good")
+    good = schedule_decision(cluster, rids["good"], "good")
     await redis_client.hset(
         keys.decision(rids["good"]), mapping={"decision": good.model_dump_json(), "fingerprint": "fp", "published": "1"}
     )
@@ -190,7 +169,7 @@ async def test_put_many_over_older_and_unreadable_records(
     replaced by ours, as `put` does."""
     cluster = f"c-{unique}"
     rids = await _seed_odd_records(redis_client, keys, cluster)
-    results = await store.put_many([(_decision(cluster, r, "ours"), "fp-ours") for r in rids.values()])
+    results = await store.put_many([(schedule_decision(cluster, r, "ours"), "fp-ours") for r in rids.values()])
     assert dict(zip(rids, ((c, _summary(rec)) for c, rec in results), strict=True)) == {
         "missing": (True, ("ours", "fp-ours", False)),
         "older": (False, ("older", None, True)),
@@ -211,7 +190,7 @@ async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
     cluster = f"c-{unique}"
     rid = uuid.uuid4()
     await redis_client.set(keys.decision(rid), b"{not json", px=60_000)
-    theirs = _decision(cluster, rid, "theirs")
+    theirs = schedule_decision(cluster, rid, "theirs")
     script = store._put_many
     calls = 0
 
@@ -227,7 +206,7 @@ async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
         return reply
 
     monkeypatch.setattr(store, "_put_many", meanwhile)
-    results = await store.put_many([(_decision(cluster, rid, "ours"), "fp-ours")])
+    results = await store.put_many([(schedule_decision(cluster, rid, "ours"), "fp-ours")])
     assert calls == 2
     assert results == [(False, StoredDecision(theirs, "fp-theirs", False))]
     assert await store.record(rid) == StoredDecision(theirs, "fp-theirs", False)
@@ -238,9 +217,9 @@ async def test_mark_published_many_marks_once(
 ) -> None:
     cluster = f"c-{unique}"
     rids = [uuid.uuid4() for _ in range(4)]
-    await store.put_many([(_decision(cluster, r), "fp") for r in rids[:3]])
+    await store.put_many([(schedule_decision(cluster, r), "fp") for r in rids[:3]])
     older = uuid.uuid4()
-    await redis_client.set(keys.decision(older), _decision(cluster, older).model_dump_json(), px=60_000)
+    await redis_client.set(keys.decision(older), schedule_decision(cluster, older).model_dump_json(), px=60_000)
     ids = [*rids, older]  # the last two: no record, and an older one (published by definition)
     assert await store.mark_published_many(ids) == [True, True, True, False, False]
     assert await store.mark_published_many(ids) == [False] * 5
@@ -249,31 +228,6 @@ async def test_mark_published_many_marks_once(
 
 
 # ---------------------------------------------------------------------- round trips
-
-
-@pytest.fixture
-async def counted(settings: Settings) -> AsyncIterator[tuple[aioredis.Redis, list[str]]]:
-    """A client that notes the command of every request it writes to Redis: one entry per round trip.
-
-    Counted at the client, not with INFO commandstats: those count every client of the server, and
-    other runs and benchmarks use the same Redis.
-    """
-    sent: list[str] = []
-
-    class Counted(aioredis.Connection):
-        async def send_packed_command(self, command: bytes | str | Iterable[bytes], check_health: bool = True) -> None:
-            raw = (
-                command.encode()
-                if isinstance(command, str)
-                else b"".join([command] if isinstance(command, bytes) else command)
-            )
-            sent.append(raw.split(b"\r\n", 3)[2].decode().upper())  # *argc, $len, the command's name
-            await super().send_packed_command(command, check_health)
-
-    client = aioredis.Redis.from_url(settings.redis_url, decode_responses=False, connection_class=Counted)
-    await client.ping()
-    yield client, sent
-    await client.aclose()
 
 
 async def test_each_batched_call_is_one_round_trip(
@@ -286,12 +240,12 @@ async def test_each_batched_call_is_one_round_trip(
     lease = await locks.acquire(cluster)
     # Load the scripts first (a script Redis has not seen costs a SCRIPT LOAD and a second EVALSHA once).
     warm = uuid.uuid4()
-    await store.put_many([(_decision(cluster, warm), "fp")], token=lease.token)
+    await store.put_many([(schedule_decision(cluster, warm), "fp")], token=lease.token)
     await store.records([warm])
     await store.mark_published_many([warm])
     try:
         rids = [uuid.uuid4() for _ in range(10)]
-        ours = [(_decision(cluster, r), "fp") for r in rids]
+        ours = [(schedule_decision(cluster, r), "fp") for r in rids]
         await store.put(ours[0][0], fingerprint="fp")  # one of the ten is stored already
 
         sent.clear()
@@ -312,7 +266,7 @@ async def test_each_batched_call_is_one_round_trip(
         for r in garbage:
             await client.set(keys.decision(r), b"{not json", px=60_000)
         sent.clear()
-        results = await store.put_many([(_decision(cluster, r), "fp") for r in [*garbage, uuid.uuid4()]])
+        results = await store.put_many([(schedule_decision(cluster, r), "fp") for r in [*garbage, uuid.uuid4()]])
         assert sent == ["EVALSHA", "EVALSHA"]
         assert all(created for created, _ in results)
     finally:
@@ -341,8 +295,8 @@ def test_batched_calls_answer_as_one_item_calls(settings: Settings, kinds: list[
             cluster = f"p-{run}"
             rids = [uuid.uuid4() for _ in kinds]
             ids = [rids[i] for i in picks]
-            ours = [(_decision(cluster, r, "ours"), "fp-ours") for r in ids]
-            earlier = {r: _decision(cluster, r, "earlier") for r in rids}
+            ours = [(schedule_decision(cluster, r, "ours"), "fp-ours") for r in ids]
+            earlier = {r: schedule_decision(cluster, r, "earlier") for r in rids}
             stores = []
             for copy in ("one", "many"):
                 keys = Keys(f"{settings.redis_prefix}:decbatch-{copy}-{run}")

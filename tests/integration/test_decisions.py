@@ -9,7 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis.asyncio as aioredis
 
-from vmsched.contracts import DecisionStatus, Explanation, ScheduleDecision, ScheduleRequest, VmSpec
+from tests.factories import schedule_decision
+from tests.integration.conftest import superseded_lease
+from vmsched.contracts import ScheduleRequest, VmSpec
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, Keys
@@ -18,29 +20,16 @@ from vmsched.store.decisions import request_fingerprint
 pytestmark = pytest.mark.integration
 
 
-def _decision(cluster: str, request_id: uuid.UUID, host: str = "h1") -> ScheduleDecision:
-    return ScheduleDecision(
-        request_id=request_id,
-        cluster_id=cluster,
-        vm_id="vm-1",
-        status=DecisionStatus.PLACED,
-        host_id=host,
-        explanation=Explanation(summary="1/1 hosts available", candidates=1),
-        decided_at=datetime.now(UTC),
-        elapsed_ms=1.0,
-    )
-
-
 async def test_put_keeps_the_first_decision_and_marks_publication_once(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:
     store = DecisionStore(redis_client, settings)
     rid = uuid.uuid4()
-    first = _decision(f"c-{unique}", rid, "h1")
+    first = schedule_decision(f"c-{unique}", rid, "h1")
     created, record = await store.put(first, fingerprint="fp-1")
     assert created
     assert (record.decision, record.fingerprint, record.published) == (first, "fp-1", False)
-    created, record = await store.put(_decision(f"c-{unique}", rid, "h2"), fingerprint="fp-2")
+    created, record = await store.put(schedule_decision(f"c-{unique}", rid, "h2"), fingerprint="fp-2")
     assert not created
     assert (record.decision, record.fingerprint, record.published) == (first, "fp-1", False)
     assert await store.mark_published(rid)
@@ -58,14 +47,12 @@ async def test_put_with_a_stale_token_is_fenced_out(
     cluster = f"c-{unique}"
     locks = ClusterLock(redis_client, settings)
     store = DecisionStore(redis_client, settings)
-    old = await locks.acquire(cluster)
-    await locks.release(old)
-    new = await locks.acquire(cluster)
+    old, new = await superseded_lease(locks, cluster)
     rid = uuid.uuid4()
     with pytest.raises(FencedOut, match=f"token {old.token} is not the latest"):
-        await store.put(_decision(cluster, rid), fingerprint="fp", token=old.token)
+        await store.put(schedule_decision(cluster, rid), fingerprint="fp", token=old.token)
     assert await store.record(rid) is None
-    created, _ = await store.put(_decision(cluster, rid), fingerprint="fp", token=new.token)
+    created, _ = await store.put(schedule_decision(cluster, rid), fingerprint="fp", token=new.token)
     assert created
     await locks.release(new)
 
@@ -75,14 +62,14 @@ async def test_a_record_of_the_older_layout_reads_as_published_without_a_fingerp
 ) -> None:
     store = DecisionStore(redis_client, settings)
     rid = uuid.uuid4()
-    old = _decision(f"c-{unique}", rid)
+    old = schedule_decision(f"c-{unique}", rid)
     await redis_client.set(Keys(settings.redis_prefix).decision(rid), old.model_dump_json(), px=60_000)
     record = await store.record(rid)
     assert record is not None
     assert (record.decision, record.fingerprint, record.published) == (old, None, True)
     assert record.matches("anything")
     assert not await store.mark_published(rid)
-    created, kept = await store.put(_decision(f"c-{unique}", rid, "h9"), fingerprint="fp")
+    created, kept = await store.put(schedule_decision(f"c-{unique}", rid, "h9"), fingerprint="fp")
     assert not created
     assert kept.decision == old
 
@@ -94,7 +81,7 @@ async def test_an_unreadable_record_does_not_block_storing(
     rid = uuid.uuid4()
     await redis_client.set(Keys(settings.redis_prefix).decision(rid), b"{not json", px=60_000)
     assert await store.record(rid) is None
-    decision = _decision(f"c-{unique}", rid)
+    decision = schedule_decision(f"c-{unique}", rid)
     created, record = await store.put(decision, fingerprint="fp")
     assert created
     assert record.decision == decision

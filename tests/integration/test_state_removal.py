@@ -24,11 +24,6 @@ vm = partial(vm_report, mem_mb=1000, overhead_mb=24, vcpus=2)
 
 
 @pytest.fixture
-def keys(settings: Settings, unique: str) -> Keys:
-    return Keys(f"{settings.redis_prefix}:removal-{unique}")
-
-
-@pytest.fixture
 def writer(redis_client: aioredis.Redis, settings: Settings, keys: Keys) -> StateWriter:
     return StateWriter(redis_client, settings, keys=keys)
 

@@ -56,7 +56,8 @@ def cache(redis_client: aioredis.Redis, settings: Settings) -> StateCache:
 
 
 @pytest.fixture
-def keys(settings: Settings) -> Keys:
+def run_keys(settings: Settings) -> Keys:
+    """The keys under the run's own prefix: those the writer and cache above (and the services) use."""
     return Keys(settings.redis_prefix)
 
 
@@ -76,7 +77,7 @@ def column(table: HostTable, name: str, host_id: str) -> float:
 
 
 async def test_versions_increase_by_one_per_apply(
-    writer: StateWriter, redis_client: aioredis.Redis, keys: Keys, unique: str
+    writer: StateWriter, redis_client: aioredis.Redis, run_keys: Keys, unique: str
 ) -> None:
     c = f"c-{unique}"
     versions = [
@@ -87,17 +88,17 @@ async def test_versions_increase_by_one_per_apply(
         await writer.apply_host(host(c, "h1", mem_free_mb=1)),
     ]
     assert versions == [1, 2, 3, 4, 5]
-    assert await redis_client.get(keys.state_version(c)) == b"5"
-    stream = await changes(redis_client, keys.state_changes(c))
+    assert await redis_client.get(run_keys.state_version(c)) == b"5"
+    stream = await changes(redis_client, run_keys.state_changes(c))
     assert [entry_id for entry_id, _ in stream] == [f"{v}-0".encode() for v in versions]
     changed = [json.loads(fields[b"hosts"]) for _, fields in stream]
     assert changed == [[], ["h1"], ["h1"], [], ["h1"]]
     assert [fields[b"cluster"] for _, fields in stream] == [b"1", b"0", b"0", b"0", b"0"]
-    assert c.encode() in await redis_client.smembers(keys.clusters())
+    assert c.encode() in await redis_client.smembers(run_keys.clusters())
 
 
 async def test_aggregates_follow_vms_between_hosts(
-    writer: StateWriter, redis_client: aioredis.Redis, keys: Keys, unique: str
+    writer: StateWriter, redis_client: aioredis.Redis, run_keys: Keys, unique: str
 ) -> None:
     c = f"c-{unique}"
     for h in ("h1", "h2"):
@@ -106,7 +107,7 @@ async def test_aggregates_follow_vms_between_hosts(
     await writer.apply_vm(vm(c, "vm-2", "h1", mem_mb=2000, overhead_mb=0))
 
     async def stored(h: str) -> HostState:
-        raw = await redis_client.hget(keys.state_hosts(c), h)
+        raw = await redis_client.hget(run_keys.state_hosts(c), h)
         assert raw is not None
         return HostState.model_validate_json(raw)
 
@@ -121,7 +122,7 @@ async def test_aggregates_follow_vms_between_hosts(
 
     # vm-1 migrates to h2: both hosts change in one version.
     version = await writer.apply_vm(vm(c, "vm-1", "h2", VmStatus.MIGRATING, vcpus=4, exclusive_cpus=True, ha=True))
-    [(_, fields)] = await changes(redis_client, keys.state_changes(c), f"{version}-0", f"{version}-0")
+    [(_, fields)] = await changes(redis_client, run_keys.state_changes(c), f"{version}-0", f"{version}-0")
     assert json.loads(fields[b"hosts"]) == ["h1", "h2"]
     h1, h2 = await stored("h1"), await stored("h2")
     assert (h1.vm_count, h1.mem_committed_mb, h1.cpus_pinned, h1.ha_vm_count) == (1, 2000, 0, 0)
@@ -129,15 +130,15 @@ async def test_aggregates_follow_vms_between_hosts(
 
     # vm-2 goes down: removed from the VM hash, no longer counted.
     await writer.apply_vm(vm(c, "vm-2", "h1", VmStatus.DOWN, mem_mb=2000, overhead_mb=0))
-    assert not await redis_client.hexists(keys.state_vms(c), "vm-2")
-    assert await redis_client.hexists(keys.state_vms(c), "vm-1")
+    assert not await redis_client.hexists(run_keys.state_vms(c), "vm-2")
+    assert await redis_client.hexists(run_keys.state_vms(c), "vm-1")
     h1 = await stored("h1")
     assert (h1.vm_count, h1.mem_committed_mb, h1.vcpus_committed) == (0, 0, 0)
 
     # A failed start removes it just the same.
     await writer.apply_vm(vm(c, "vm-1", "h2", VmStatus.FAILED))
     assert (await stored("h2")).vm_count == 0
-    assert await redis_client.hlen(keys.state_vms(c)) == 0
+    assert await redis_client.hlen(run_keys.state_vms(c)) == 0
 
 
 async def test_host_report_keeps_vm_aggregates(writer: StateWriter, unique: str) -> None:
@@ -200,22 +201,22 @@ async def test_writer_reloads_when_redis_moved_on(
 
 
 async def test_state_stored_by_an_older_version_still_loads(
-    writer: StateWriter, redis_client: aioredis.Redis, settings: Settings, keys: Keys, unique: str
+    writer: StateWriter, redis_client: aioredis.Redis, settings: Settings, run_keys: Keys, unique: str
 ) -> None:
     """An upgrade removed a field: records stored before it still load (the field is dropped)."""
     cluster = f"old-{unique}"
     await writer.apply_cluster(ClusterReport(cluster_id=cluster))
     await writer.apply_host(host(cluster, "h1"))
     # what an older version wrote: fields this version no longer has, top-level and nested
-    raw_settings = await redis_client.get(keys.state_cluster(cluster))
+    raw_settings = await redis_client.get(run_keys.state_cluster(cluster))
     assert raw_settings is not None
     settings_blob = json.loads(raw_settings)
-    await redis_client.set(keys.state_cluster(cluster), json.dumps({**settings_blob, "ha_reservation": False}))
-    raw_host = await redis_client.hget(keys.state_hosts(cluster), "h1")
+    await redis_client.set(run_keys.state_cluster(cluster), json.dumps({**settings_blob, "ha_reservation": False}))
+    raw_host = await redis_client.hget(run_keys.state_hosts(cluster), "h1")
     assert raw_host is not None
     host_blob = json.loads(raw_host)
     host_blob["report"]["retired_field"] = 1
-    await redis_client.hset(keys.state_hosts(cluster), "h1", json.dumps(host_blob))
+    await redis_client.hset(run_keys.state_hosts(cluster), "h1", json.dumps(host_blob))
 
     restarted = StateWriter(redis_client, settings)
     await restarted.load([cluster])
@@ -226,7 +227,7 @@ async def test_state_stored_by_an_older_version_still_loads(
     assert snapshot.settings.cluster_id == cluster
 
     # a record that is wrong, not merely old, is still refused
-    await redis_client.set(keys.state_cluster(cluster), json.dumps({**settings_blob, "memory_overcommit_pct": "x"}))
+    await redis_client.set(run_keys.state_cluster(cluster), json.dumps({**settings_blob, "memory_overcommit_pct": "x"}))
     with pytest.raises(ValueError, match="memory_overcommit_pct"):
         await StateCache(redis_client, settings).snapshot(cluster)
     # ... but it does not keep a restarting state tracker from loading the other clusters.
@@ -246,7 +247,7 @@ async def test_unknown_cluster(cache: StateCache, unique: str) -> None:
 
 
 async def test_cache_catches_up_reading_only_changed_hosts(
-    writer: StateWriter, cache: StateCache, redis_client: aioredis.Redis, keys: Keys, unique: str
+    writer: StateWriter, cache: StateCache, redis_client: aioredis.Redis, run_keys: Keys, unique: str
 ) -> None:
     c = f"c-{unique}"
     for h in ("h3", "h1", "h2"):
@@ -259,7 +260,7 @@ async def test_cache_catches_up_reading_only_changed_hosts(
     # Behind the writer's back (no change entry): h1's stored record changes. A full load would
     # see it, an incremental catch-up must not read h1 at all.
     sneaky = HostState(report=host(c, "h1", mem_free_mb=4242))
-    await redis_client.hset(keys.state_hosts(c), "h1", sneaky.model_dump_json())
+    await redis_client.hset(run_keys.state_hosts(c), "h1", sneaky.model_dump_json())
 
     await writer.apply_host(host(c, "h2", mem_free_mb=2000))
     await writer.apply_vm(vm(c, "vm-1", "h3"))
@@ -287,7 +288,7 @@ async def test_cache_catches_up_reading_only_changed_hosts(
     # A trimmed stream no longer holds the cache's next version: full load (which sees h1 now).
     await writer.apply_host(host(c, "h2", mem_free_mb=3000))
     await writer.apply_host(host(c, "h2", mem_free_mb=3500))
-    await redis_client.xtrim(keys.state_changes(c), maxlen=1, approximate=False)
+    await redis_client.xtrim(run_keys.state_changes(c), maxlen=1, approximate=False)
     version, table = await cache.table(c)
     assert version == 8
     assert cache.stats.full_loads == 2
@@ -300,7 +301,7 @@ async def test_cache_catches_up_through_new_and_unreadable_hosts_without_a_full_
     cache: StateCache,
     redis_client: aioredis.Redis,
     settings: Settings,
-    keys: Keys,
+    run_keys: Keys,
     unique: str,
 ) -> None:
     """The cache keeps no host models, only its table: hosts that appear are inserted in id order
@@ -324,7 +325,7 @@ async def test_cache_catches_up_through_new_and_unreadable_hosts_without_a_full_
 
     # h2 changes, then its stored record is broken before the cache reads it: the row goes.
     await writer.apply_host(host(c, "h2", mem_free_mb=2000))
-    await redis_client.hset(keys.state_hosts(c), "h2", b"{not json")
+    await redis_client.hset(run_keys.state_hosts(c), "h2", b"{not json")
     version, table = await cache.table(c)
     assert (version, table.ids) == (6, ("h1", "h3", "h4"))
     assert cache.stats.full_loads == 1
@@ -452,14 +453,14 @@ def test_aggregates_equal_a_recomputation(settings: Settings, reports: list[tupl
     asyncio.run(scenario())
 
 
-async def _lose_state(client: aioredis.Redis, keys: Keys, cluster: str) -> None:
+async def _lose_state(client: aioredis.Redis, run_keys: Keys, cluster: str) -> None:
     """Redis loses the cluster's state (a flush, a failover to an empty replica)."""
     await client.delete(
-        keys.state_version(cluster),
-        keys.state_hosts(cluster),
-        keys.state_vms(cluster),
-        keys.state_cluster(cluster),
-        keys.state_changes(cluster),
+        run_keys.state_version(cluster),
+        run_keys.state_hosts(cluster),
+        run_keys.state_vms(cluster),
+        run_keys.state_cluster(cluster),
+        run_keys.state_changes(cluster),
     )
 
 
@@ -470,10 +471,15 @@ def _workers(cache: StateCache) -> tuple[Weigher, FilterWorker]:
 
 
 async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_raises_stale_state(
-    writer: StateWriter, cache: StateCache, redis_client: aioredis.Redis, settings: Settings, keys: Keys, unique: str
+    writer: StateWriter,
+    cache: StateCache,
+    redis_client: aioredis.Redis,
+    settings: Settings,
+    run_keys: Keys,
+    unique: str,
 ) -> None:
-    """The weigher used to fail with AssertionError (an internal error) when its cached table, new
-    enough by version number, lacked the request's hosts."""
+    """A cached table new enough by version number but lacking the request's hosts is reloaded (or
+    StaleState answered), never an internal error."""
     c = f"c-{unique}"
     for h in ("h1", "h2", "h3", "h4", "h5"):
         await writer.apply_host(host(c, h))
@@ -481,7 +487,7 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
     assert (await cache.table(c))[0] == 5  # the workers' cache holds version 5: h1..h5
 
     # The state is lost and reported again by a new tracker: other hosts, versions from 1.
-    await _lose_state(redis_client, keys, c)
+    await _lose_state(redis_client, run_keys, c)
     fresh = StateWriter(redis_client, settings)
     await fresh.apply_host(host(c, "n1"))
     await fresh.apply_host(host(c, "n2"))
@@ -503,7 +509,7 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
 
     # Lost once more: the cache holds version 2 (n1, n2), Redis version 1 (n4). A request made
     # against a version 2 with n4 and n5 cannot be answered from either: StaleState.
-    await _lose_state(redis_client, keys, c)
+    await _lose_state(redis_client, run_keys, c)
     fresh = StateWriter(redis_client, settings)
     await fresh.apply_host(host(c, "n4"))
     with pytest.raises(StaleState, match=f"cluster {c}: state version 1 has not reached 2"):

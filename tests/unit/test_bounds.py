@@ -376,7 +376,7 @@ def test_a_unit_cannot_declare_a_backtracking_regex() -> None:
         ambiguity(r"^(a)\1$")
 
 
-def test_the_new_allocation_ratio_regex_accepts_exactly_what_the_old_one_did() -> None:
+def test_the_allocation_ratio_regex_accepts_exactly_positive_decimals_without_leading_zeros() -> None:
     old = re.compile(r"((0\.[0-9]*[1-9][0-9]*)|([1-9][0-9]*(\.[0-9]+)?))")
     new = RAM_RATIO.regex.removeprefix("^").removesuffix("$")
     for n in range(1, 8):

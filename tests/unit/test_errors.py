@@ -45,8 +45,8 @@ def test_every_error_is_listed_with_a_unique_code() -> None:
     assert "code" not in vars(errors.PropertyTooLong)
 
 
-def test_moved_errors_keep_their_old_base_classes() -> None:
-    # Callers that caught them by their old base must still catch them.
+def test_query_regex_and_injection_errors_are_also_builtin_exceptions() -> None:
+    # Callers catching ValueError or RuntimeError catch these vmsched errors too.
     assert issubclass(InvalidQuery, ValueError)
     assert issubclass(InvalidQuery, InvalidRequest)
     assert issubclass(UnsupportedRegex, ValueError)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+from tests.factories import schedule_decision
 from vmsched.contracts import (
     Explanation,
     FilteredHost,
@@ -20,15 +21,13 @@ from vmsched.explain import render_event, render_table
 
 
 def _decision() -> ScheduleDecision:
-    return ScheduleDecision(
-        request_id=uuid.uuid4(),
-        cluster_id="c1",
-        vm_id="vm1",
-        status="placed",
+    return schedule_decision(
+        "c1",
         host_id="h2",
+        vm_id="vm1",
         alternates=["h1"],
         policy="none",
-        decided_at=datetime.now(UTC),
+        elapsed_ms=0.0,
         explanation=Explanation(
             summary="2/4 hosts available: 1 Memory (free memory 10 MB < required 1088 MB), 1 Network (...)",
             candidates=4,

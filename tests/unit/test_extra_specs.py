@@ -218,7 +218,7 @@ def q(query: list[Any] | None, attrs: dict[str, Any] = HOST) -> bool:
     return query_passes(query, mapping_resolver(attrs))
 
 
-def test_seed_example() -> None:
+def test_a_memory_and_disk_query_passes_only_a_host_with_enough_of_both() -> None:
     query = ["and", [">=", "$free_ram_mb", 1024], [">=", "$free_disk_mb", 200 * 1024]]
     assert q(query)
     assert not q(query, {**HOST, "free_disk_mb": 100 * 1024.0})

@@ -502,7 +502,7 @@ def test_retry() -> None:
 
 
 # -------------------------------------------------------------------------------------- JsonFilter
-def test_json_filter_seed_query() -> None:
+def test_json_filter_keeps_only_hosts_with_enough_free_ram_and_disk() -> None:
     hosts = table(
         host("a", physical_mem_mb=4096, mem_committed_mb=3000, disk_free_mb=300 * 1024),
         host("b", physical_mem_mb=4096, mem_committed_mb=3100, disk_free_mb=300 * 1024),

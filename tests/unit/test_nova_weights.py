@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import CLUSTER, host, hosts_n, pend, table, vm
+from tests.factories import floats as w
 from vmsched.contracts import ClusterReport, HostState
 from vmsched.errors import InvalidProperty, SchedulingError
 from vmsched.scheduling.hosts import HostTable
@@ -40,10 +41,6 @@ from vmsched.scheduling.units.registry import REGISTRY
 
 LOWER = Direction.LOWER_IS_BETTER
 HIGHER = Direction.HIGHER_IS_BETTER
-
-
-def w(values: np.ndarray) -> list[float]:
-    return [float(x) for x in values]
 
 
 def grouped(*hosts: HostState, groups: dict[str, dict[str, str]], pending: Sequence[Any] = ()) -> HostTable:

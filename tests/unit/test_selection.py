@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import floats
 from vmsched.scheduling.selection import (
     DEFAULT_SELECTOR,
     SELECTORS,
@@ -32,10 +33,6 @@ def unit(name: str, factor: float, raw: list[float], direction: Direction = LOWE
     return WeighedUnit(name, factor, np.array(raw, dtype=np.float64), direction, **kw)
 
 
-def floats(a: np.ndarray) -> list[float]:
-    return [float(x) for x in a]
-
-
 # ------------------------------------------------------- oVirt's weight-normalization table
 TABLE_HOSTS = ["A", "B", "C"]
 
@@ -48,7 +45,7 @@ def table_units() -> list[WeighedUnit]:
     ]
 
 
-def test_ovirt_table_rank_column() -> None:
+def test_rank_select_on_the_normalization_example() -> None:
     sel = rank_select(TABLE_HOSTS, table_units())
     assert floats(sel.points[0]) == [0, 1, 2]  # CPU: C is best
     assert floats(sel.points[1]) == [2, 1, 0]  # memory: A is best
@@ -61,21 +58,21 @@ def test_ovirt_table_rank_column() -> None:
     assert floats(ovirt_rank) == [20, 11, 2]
 
 
-def test_ovirt_table_static_maximum_column() -> None:
+def test_static_maximum_select_on_the_normalization_example() -> None:
     sel = static_maximum_select(TABLE_HOSTS, table_units())
     assert floats(sel.totals) == [925, 550, 200]
     assert sel.ordered_ids == ["C", "B", "A"]
     assert not sel.higher_wins
 
 
-def test_ovirt_table_dynamic_maximum_column() -> None:
+def test_dynamic_maximum_select_on_the_normalization_example() -> None:
     sel = dynamic_maximum_select(TABLE_HOSTS, table_units())
     assert floats(sel.points[0]) == [100, 55, 11]  # 50 / 90 -> 55 (truncated, as in oVirt's example)
     assert floats(sel.totals) == [1025, 600, 210]
     assert sel.ordered_ids == ["C", "B", "A"]
 
 
-def test_ovirt_table_min_max() -> None:
+def test_min_max_select_on_the_normalization_example() -> None:
     sel = min_max_select(TABLE_HOSTS, table_units())
     assert floats(sel.points[0]) == [0, 0.5, 1]
     assert np.allclose(sel.totals, [1, 10 * 0.5 + 2 / 3, 10])

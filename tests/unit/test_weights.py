@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import floats as w
 from tests.factories import host, hosts_n, pend, table, vm
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.units.base import Direction, PolicyUnit, validate_properties
@@ -24,10 +25,6 @@ from vmsched.scheduling.units.weights import (
     java_round,
     power_saving_cpu_weight,
 )
-
-
-def w(values: np.ndarray) -> list[float]:
-    return [float(x) for x in values]
 
 
 # ------------------------------------------------------------------------------------ the units
@@ -192,7 +189,7 @@ def test_power_saving_is_zero_not_negative_zero() -> None:
 
 
 # ------------------------------------------------------------------------------------ even memory
-def test_even_memory_uses_ovirt_scale() -> None:
+def test_even_memory_hand_computed() -> None:
     hosts = table(host("empty"), host("half", mem_committed_mb=2048))
     # max scheduling memory 4096 and 2048; VM needs 1088; denominator 4096 - 1.
     # empty: 1000 - round(3007 x 999 / 4095 = 733.57) = 266; half: 1000 - round(233.95) = 766.

@@ -1,5 +1,6 @@
-"""oVirt weight units beyond the first four: OptimalForMemoryPowerSaving, OptimalForHaReservation,
-PreferredHosts (hand-computed raw weights, edge cases and invariants)."""
+"""Weight units for memory power saving, HA reservation and preferred hosts:
+OptimalForMemoryPowerSaving, OptimalForHaReservation, PreferredHosts (hand-computed raw weights,
+edge cases and invariants)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.factories import floats as w
 from tests.factories import host, hosts_n, pend, table, vm
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.hosts import HostTable
@@ -28,11 +30,7 @@ from vmsched.scheduling.units.weights import (
     preferred_hosts_weight,
 )
 
-NEW_UNITS = (POWER_SAVING_MEMORY, HA_RESERVATION, PREFERRED_HOSTS)
-
-
-def w(values: np.ndarray) -> list[float]:
-    return [float(x) for x in values]
+POWER_HA_PREFERENCE_WEIGHTS = (POWER_SAVING_MEMORY, HA_RESERVATION, PREFERRED_HOSTS)
 
 
 #: The cluster's HA reservation switch, as vmsched passes it to the units (from PostgreSQL).
@@ -45,9 +43,13 @@ def ha_cluster(hosts: HostTable) -> HostTable:
 
 
 # ------------------------------------------------------------------------------------ the units
-def test_new_weight_units_are_declared() -> None:
-    assert [u.name for u in NEW_UNITS] == ["OptimalForMemoryPowerSaving", "OptimalForHaReservation", "PreferredHosts"]
-    for unit in NEW_UNITS:
+def test_power_ha_and_preference_weights_are_declared_and_registered() -> None:
+    assert [u.name for u in POWER_HA_PREFERENCE_WEIGHTS] == [
+        "OptimalForMemoryPowerSaving",
+        "OptimalForHaReservation",
+        "PreferredHosts",
+    ]
+    for unit in POWER_HA_PREFERENCE_WEIGHTS:
         assert unit in WEIGHT_UNITS
         assert REGISTRY[unit.name] is unit
         # OptimalForHaReservation also balances (oVirt's HA reservation balance unit)
@@ -75,7 +77,7 @@ def test_property_defaults_and_regexes() -> None:
         validate_properties(POWER_SAVING_MEMORY, {"MinFreeMemoryForUnderUtilized": "0"})
 
 
-@pytest.mark.parametrize("unit", NEW_UNITS, ids=lambda u: u.name)
+@pytest.mark.parametrize("unit", POWER_HA_PREFERENCE_WEIGHTS, ids=lambda u: u.name)
 def test_zero_one_and_equal_hosts(unit: PolicyUnit) -> None:
     assert unit.weight is not None
     props = validate_properties(unit, {})
@@ -195,7 +197,7 @@ def test_preferred_hosts_neutral_cases() -> None:
     assert w(preferred_hosts_weight(hosts, vm(preferred_hosts=["h1"], current_host="h0"), {})) == [0.0] * 3
 
 
-@pytest.mark.parametrize("unit", NEW_UNITS, ids=lambda u: u.name)
+@pytest.mark.parametrize("unit", POWER_HA_PREFERENCE_WEIGHTS, ids=lambda u: u.name)
 def test_bounds_declared_hold(unit: PolicyUnit) -> None:
     assert unit.weight is not None
     assert unit.maximum is not None

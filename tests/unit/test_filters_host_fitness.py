@@ -1,6 +1,6 @@
-"""oVirt filter units beyond the first five: Swap, CPUOverloaded, CPUTopology, HugePages,
-Emulated-Machine, CPU-Level, ClusterInMaintenance, MigrationDomain (hand-computed cases, edge
-cases and invariants)."""
+"""Filter units that check a host's fitness for the VM beyond plain memory and CPU: Swap,
+CPUOverloaded, CPUTopology, HugePages, Emulated-Machine, CPU-Level, ClusterInMaintenance,
+MigrationDomain (hand-computed cases, edge cases and invariants)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from vmsched.scheduling.units.filters import (
 )
 from vmsched.scheduling.units.registry import REGISTRY
 
-NEW_UNITS = (
+HOST_FITNESS_FILTERS = (
     SWAP,
     CPU_OVERLOADED,
     CPU_TOPOLOGY,
@@ -62,8 +62,8 @@ def in_maintenance(hosts: HostTable) -> HostTable:
 
 
 # ------------------------------------------------------------------------------------ the units
-def test_new_filter_units_are_declared() -> None:
-    assert [u.name for u in NEW_UNITS] == [
+def test_host_fitness_filters_are_declared_and_registered() -> None:
+    assert [u.name for u in HOST_FITNESS_FILTERS] == [
         "Swap",
         "CPUOverloaded",
         "CPUTopology",
@@ -73,7 +73,7 @@ def test_new_filter_units_are_declared() -> None:
         "ClusterInMaintenance",
         "MigrationDomain",
     ]
-    for unit in NEW_UNITS:
+    for unit in HOST_FITNESS_FILTERS:
         assert unit in FILTER_UNITS
         assert REGISTRY[unit.name] is unit
         assert unit.kinds == ("filter",)
@@ -94,7 +94,7 @@ def test_property_defaults_and_regexes() -> None:
             validate_properties(CPU_OVERLOADED, bad)
 
 
-@pytest.mark.parametrize("unit", NEW_UNITS, ids=lambda u: u.name)
+@pytest.mark.parametrize("unit", HOST_FITNESS_FILTERS, ids=lambda u: u.name)
 def test_zero_hosts(unit: PolicyUnit) -> None:
     assert unit.filter is not None
     hosts = in_maintenance(table())
@@ -105,7 +105,7 @@ def test_zero_hosts(unit: PolicyUnit) -> None:
 
 
 @pytest.mark.parametrize(
-    "unit", [u for u in NEW_UNITS if u.name != "ClusterInMaintenance"], ids=lambda u: u.name
+    "unit", [u for u in HOST_FITNESS_FILTERS if u.name != "ClusterInMaintenance"], ids=lambda u: u.name
 )  # the maintenance filter removes every host for a plain VM: that is its job (tested below)
 def test_plain_vm_on_plain_hosts_keeps_all(unit: PolicyUnit) -> None:
     """Equal, ordinary hosts and a VM that asks for nothing special: nothing is removed."""
@@ -409,7 +409,7 @@ def test_migration_domain_keeps_up_hosts_of_the_table() -> None:
 
 
 # ------------------------------------------------------------------------------------ in the pipeline
-def test_chain_of_new_filters_records_who_removed_what() -> None:
+def test_a_chain_of_host_fitness_filters_records_who_removed_what() -> None:
     hosts = at(
         table(
             host("ok", hugepages_free={2048: 1024}, emulated_machines=["q35"], cpu_models=["Skylake"]),
@@ -434,7 +434,7 @@ def test_chain_of_new_filters_records_who_removed_what() -> None:
 
 def test_keep_masks_are_boolean_arrays() -> None:
     hosts = hosts_n(2)
-    for unit in NEW_UNITS:
+    for unit in HOST_FITNESS_FILTERS:
         assert unit.filter is not None
         keep = unit.filter(hosts, vm(), validate_properties(unit, {})).keep
         assert isinstance(keep, np.ndarray)
