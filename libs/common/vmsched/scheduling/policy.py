@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from vmsched.contracts import UnitCall
 from vmsched.contracts.base import Name, PropertyValue
 from vmsched.errors import SchedulingError, UnknownPolicyUnit
+from vmsched.scheduling.properties import HIGH_VM_COUNT_PROPERTY, MIGRATION_THRESHOLD_PROPERTY
 from vmsched.scheduling.units.base import PolicyUnit, validate_properties
 
 
@@ -249,7 +250,7 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 "Spread the number of VMs evenly across hosts.",
                 (PolicyWeight(unit="OptimalForEvenGuestDistribution", factor=2), *_COMMON_WEIGHTS),
                 "OptimalForEvenGuestDistribution",
-                {**_THRESHOLDS, "HighVmCount": "10", "MigrationThreshold": "5", "SpmVmGrace": "5"},
+                {**_THRESHOLDS, HIGH_VM_COUNT_PROPERTY: "10", MIGRATION_THRESHOLD_PROPERTY: "5", "SpmVmGrace": "5"},
             ),
             _builtin(
                 CLUSTER_MAINTENANCE_ID,

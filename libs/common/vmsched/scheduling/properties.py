@@ -14,4 +14,20 @@ from typing import Final
 #: policy repository and the simulator set it.
 HA_RESERVATION_PROPERTY: Final = "HaReservation"
 
-__all__ = ["HA_RESERVATION_PROPERTY"]
+#: oVirt's even-VM-count rule: a host with more than HighVmCount VMs, and MigrationThreshold more than
+#: the emptiest host, gives one up. Its balance unit reads them; the simulator judges the rule by them.
+HIGH_VM_COUNT_PROPERTY: Final = "HighVmCount"
+MIGRATION_THRESHOLD_PROPERTY: Final = "MigrationThreshold"
+
+#: Power saving's advice switch and the Up hosts it keeps in reserve: the balance unit reads them, the
+#: simulator's generated workloads and the benchmark set them.
+POWER_MANAGEMENT_PROPERTY: Final = "EnableAutomaticHostPowerManagement"
+HOSTS_IN_RESERVE_PROPERTY: Final = "HostsInReserve"
+
+__all__ = [
+    "HA_RESERVATION_PROPERTY",
+    "HIGH_VM_COUNT_PROPERTY",
+    "HOSTS_IN_RESERVE_PROPERTY",
+    "MIGRATION_THRESHOLD_PROPERTY",
+    "POWER_MANAGEMENT_PROPERTY",
+]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vmsched.scheduling.properties import HOSTS_IN_RESERVE_PROPERTY, POWER_MANAGEMENT_PROPERTY
 from vmsched.simulation.workload import AffinityGroupSpec, ClusterSettings, HostSpec, VmArrival, Workload
 
 #: (vCPUs, memory GB, weight): small VMs dominate, as in public and private clouds alike.
@@ -49,7 +50,7 @@ class GeneratorSpec:
 
 
 #: Power saving's power management for generated workloads (a policy that sets these keeps its own).
-POWER_DEFAULTS: dict[str, str] = {"EnableAutomaticHostPowerManagement": "true", "HostsInReserve": "2"}
+POWER_DEFAULTS: dict[str, str] = {POWER_MANAGEMENT_PROPERTY: "true", HOSTS_IN_RESERVE_PROPERTY: "2"}
 
 
 def load_curve(swing: float) -> list[float]:

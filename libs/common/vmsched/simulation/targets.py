@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from vmsched.scheduling.properties import HIGH_VM_COUNT_PROPERTY, MIGRATION_THRESHOLD_PROPERTY
 from vmsched.simulation.report import PolicyReport
 
 #: Samples in the first hour are left out of "after balancing": balancing starts from the
@@ -97,8 +98,8 @@ def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
 def _vm_evenly_distributed(r: PolicyReport) -> list[Verdict]:
     # The even-VM-count rule's own notion: a cluster is unbalanced when a host runs more than
     # HighVmCount VMs and another runs at least MigrationThreshold fewer.
-    high = int(r.properties.get("HighVmCount", "10"))
-    threshold = int(r.properties.get("MigrationThreshold", "5"))
+    high = int(r.properties.get(HIGH_VM_COUNT_PROPERTY, "10"))
+    threshold = int(r.properties.get(MIGRATION_THRESHOLD_PROPERTY, "5"))
     spread = r.vm_count_spread_final
     balanced = r.vm_count_max_final <= high or spread < threshold
     return [

@@ -11,7 +11,7 @@ from typing import Any
 from vmsched.contracts import ClusterReport, HostReport, HostState, HostStatus, PendingEntry, VmReport, VmStatus
 from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
+from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY, HOSTS_IN_RESERVE_PROPERTY, POWER_MANAGEMENT_PROPERTY
 from vmsched.scheduling.units import BUILTIN_UNITS, validate_properties
 from vmsched.scheduling.units.base import BalanceFn, BalanceOutcome
 from vmsched_services.tools.bench.timing import best_ms
@@ -22,8 +22,8 @@ BALANCE_HOSTS_MAX = 10_000
 #: Balance units and the policy properties the bench runs them with: power management and HA
 #: reservation on, so those units have something to decide.
 _BALANCE_PROPS: dict[str, str] = {
-    "EnableAutomaticHostPowerManagement": "true",
-    "HostsInReserve": "2",
+    POWER_MANAGEMENT_PROPERTY: "true",
+    HOSTS_IN_RESERVE_PROPERTY: "2",
     HA_RESERVATION_PROPERTY: "true",
 }
 _BALANCE_NOW = 1_700_000_000.0

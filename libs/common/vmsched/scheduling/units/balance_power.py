@@ -14,6 +14,7 @@ import numpy as np
 
 from vmsched.contracts import VmReport
 from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.properties import HOSTS_IN_RESERVE_PROPERTY, POWER_MANAGEMENT_PROPERTY
 from vmsched.scheduling.units.balance_load import (
     DEFAULT_DURATION_MIN,
     DEFAULT_HIGH,
@@ -130,9 +131,9 @@ def _power_saving_migration(hosts: HostTable, vms: Sequence[VmReport], props: Pr
 
 
 def _power_advice(hosts: HostTable, props: Props, migration: Migration | None) -> tuple[PowerChange, ...]:
-    if not prop_bool(props, "EnableAutomaticHostPowerManagement", False):
+    if not prop_bool(props, POWER_MANAGEMENT_PROPERTY, False):
         return ()
-    reserve = prop_int(props, "HostsInReserve", 0)
+    reserve = prop_int(props, HOSTS_IN_RESERVE_PROPERTY, 0)
     empty_mask = hosts.up & (hosts.vm_count == 0) & (hosts.pending_vm_count == 0)
     empty_mask &= np.fromiter((not ids for ids in hosts.vm_ids), dtype=np.bool_, count=len(hosts))
     empty = [int(i) for i in np.flatnonzero(empty_mask)]

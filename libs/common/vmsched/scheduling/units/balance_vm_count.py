@@ -8,6 +8,7 @@ import numpy as np
 
 from vmsched.contracts import VmReport
 from vmsched.scheduling.hosts import FloatArray, HostTable
+from vmsched.scheduling.properties import HIGH_VM_COUNT_PROPERTY, MIGRATION_THRESHOLD_PROPERTY
 from vmsched.scheduling.units.balance_load import by_hunger, destination_mask
 from vmsched.scheduling.units.balance_search import MovableVms
 from vmsched.scheduling.units.base import BalanceOutcome, Migration, Props, prop_int
@@ -26,8 +27,8 @@ def even_vm_count_balance(hosts: HostTable, vms: Sequence[VmReport], props: Prop
     targets are the Up (enabled) hosts with at least MigrationThreshold fewer slots; the VM is the
     worst host's least CPU-hungry movable VM. No migration when there is no worst host, no target,
     or the worst host has no movable VM (oVirt does not fall back to another host)."""
-    high = prop_int(props, "HighVmCount", 10)
-    threshold = prop_int(props, "MigrationThreshold", 5)
+    high = prop_int(props, HIGH_VM_COUNT_PROPERTY, 10)
+    threshold = prop_int(props, MIGRATION_THRESHOLD_PROPERTY, 5)
     slots = occupied_slots(hosts, props)
     up = np.flatnonzero(hosts.up)
     if len(up) == 0:

@@ -20,7 +20,13 @@ import numpy as np
 
 from vmsched.contracts import VmSpec
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, constant
-from vmsched.scheduling.properties import HA_RESERVATION_PROPERTY
+from vmsched.scheduling.properties import (
+    HA_RESERVATION_PROPERTY,
+    HIGH_VM_COUNT_PROPERTY,
+    HOSTS_IN_RESERVE_PROPERTY,
+    MIGRATION_THRESHOLD_PROPERTY,
+    POWER_MANAGEMENT_PROPERTY,
+)
 from vmsched.scheduling.units.balance import (
     even_distribution_balance,
     even_vm_count_balance,
@@ -288,8 +294,8 @@ POWER_SAVING_CPU = PolicyUnit(
         "CpuOverCommitDurationMinutes": CPU_OVERCOMMIT_DURATION,
         "MaxFreeMemoryForOverUtilized": MAX_FREE_MEMORY_FOR_OVER_UTILIZED,
         "MinFreeMemoryForUnderUtilized": MIN_FREE_MEMORY_FOR_UNDER_UTILIZED,
-        "HostsInReserve": HOSTS_IN_RESERVE,
-        "EnableAutomaticHostPowerManagement": ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
+        HOSTS_IN_RESERVE_PROPERTY: HOSTS_IN_RESERVE,
+        POWER_MANAGEMENT_PROPERTY: ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
     },
 )
 EVEN_GUEST = PolicyUnit(
@@ -300,8 +306,8 @@ EVEN_GUEST = PolicyUnit(
     balance=even_vm_count_balance,
     # HighVmCount and MigrationThreshold are read by the even-VM-count balance.
     properties={
-        "HighVmCount": HIGH_VM_COUNT,
-        "MigrationThreshold": MIGRATION_THRESHOLD,
+        HIGH_VM_COUNT_PROPERTY: HIGH_VM_COUNT,
+        MIGRATION_THRESHOLD_PROPERTY: MIGRATION_THRESHOLD,
         "SpmVmGrace": SPM_VM_GRACE,
     },
 )
