@@ -29,9 +29,9 @@ from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.units.base import Migration, PolicyUnit, Props
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore, StateCache, StateWriter
+from vmsched.store.cluster_reads import MATCH_TRIES
 from vmsched.store.redis import connect
 from vmsched_services.balancer import service as balancer_service
-from vmsched_services.balancer.reads import MATCH_TRIES
 from vmsched_services.balancer.service import Balancer
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]

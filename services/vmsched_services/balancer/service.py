@@ -1,7 +1,7 @@
 """balancer: periodic load balancing (oVirt's balance units), migrations scheduled through the selector.
 
 Every `balance_interval_s`, for each cluster whose lease this process holds and whose policy names a
-balance unit: read pending, then state (vmsched_services.balancer.reads), give the unit the VMs it
+balance unit: read pending, then state (vmsched.store.cluster_reads), give the unit the VMs it
 may move, and schedule the VM it picks as a migration through the normal selector path (its
 candidates are the whitelist; the Migration filter removes the source). A placed migration is
 published as a MigrationDecision; power saving's advice as PowerActions, never executed here. At
@@ -36,8 +36,8 @@ from vmsched.scheduling.balancing import balance_pass, migration_candidates, mig
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
+from vmsched.store.cluster_reads import ClusterReader
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
-from vmsched_services.balancer.reads import ClusterReader
 
 log = get_logger("vmsched.balancer")
 

@@ -1,4 +1,4 @@
-"""What one balancing attempt reads of a cluster: pending first, then the state.
+"""What one balancing attempt reads of a cluster (the balancer's ClusterReader): pending first, then the state.
 
 The order is the rule PendingStore.snapshot_with_state states, which the selector and the HA monitor
 follow too: the state tracker writes a VM's new state before it clears its pending record, so a
@@ -23,10 +23,12 @@ from vmsched.errors import UnknownCluster
 from vmsched.logging import get_logger
 from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
-from vmsched.store import Keys, PendingStore, StateCache
+from vmsched.store.keys import Keys
+from vmsched.store.pending import PendingStore
+from vmsched.store.state_cache import StateCache
 from vmsched.store.state_records import parse_stored
 
-log = get_logger("vmsched.balancer")
+log = get_logger(__name__)
 
 #: Reads of the VMs that may go by while the hosts' table is newer than them (reports keep coming),
 #: before the attempt reads hosts and VMs together in one snapshot instead.
