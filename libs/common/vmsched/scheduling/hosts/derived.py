@@ -153,18 +153,22 @@ class DerivedValues:
 
 class TableCache:
     """What one table computed from its columns and keeps for its later reads: its host ids'
-    positions, its rows with a VM pending (each with the column it was computed from), and the
-    DerivedValues it shares with its versions."""
+    positions, its rows with a VM pending (each with the column it was computed from), a
+    sub-table's array columns taken from its parent so far, and the DerivedValues it shares with
+    its versions."""
 
-    __slots__ = ("derived", "index", "pending_rows")
+    __slots__ = ("derived", "index", "pending_rows", "taken")
 
     def __init__(
         self,
         derived: DerivedValues | None = None,
         index: tuple[Sequence[str], dict[str, int]] | None = None,
         pending_rows: tuple[Sequence[frozenset[str]], tuple[int, ...]] | None = None,
+        taken: dict[str, npt.NDArray[Any]] | None = None,
     ) -> None:
         self.derived = derived if derived is not None else DerivedValues()
+        #: A sub-table's array columns by name, taken from its parent when first read (views.py).
+        self.taken: dict[str, npt.NDArray[Any]] = taken if taken is not None else {}
         #: (ids, host id -> position); built on first lookup (most sub-tables are never searched by id).
         self.index = index
         #: (pending_vm_ids, the rows where it holds a VM)

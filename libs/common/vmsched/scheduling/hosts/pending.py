@@ -63,6 +63,7 @@ def with_pending(table: HostTable, entries: Iterable[PendingEntry], now: float |
         count[i] += 1
         vm_ids[i] = vm_ids[i] | {e.vm_id}
     pending_ids = tuple(vm_ids)
+    rows = tuple(sorted({i for i, _ in placed}))
     cache = table._cache
     return table._evolve(
         pending_mem_mb=mem,
@@ -74,7 +75,8 @@ def with_pending(table: HostTable, entries: Iterable[PendingEntry], now: float |
         # A sub-table's pending no longer is its cluster's: it reads its own rows from now on.
         _rows=None,
         _unpended=unpended,
-        _cache=TableCache(cache.derived, cache.index, (pending_ids, tuple(sorted({i for i, _ in placed})))),
+        # The columns a sub-table took from its parent so far stay valid: the parent is the same.
+        _cache=TableCache(cache.derived, cache.index, (pending_ids, rows), cache.taken),
     )
 
 

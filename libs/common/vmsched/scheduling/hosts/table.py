@@ -114,7 +114,7 @@ class HostTable:
     #: pending in: folding none in again gives it back instead of summing zeros.
     _unpended: HostTable | None = field(default=None, repr=False)
     #: A sub-table's parent and its rows there, which its array columns are taken from when first
-    #: read (None: every column is given).
+    #: read and kept in `_cache` (None: every column is given).
     _taken_from: tuple[HostTable, IndexArray] | None = field(default=None, repr=False)
     #: What this table computed from its columns and keeps (see derived.py).
     _cache: TableCache = field(default_factory=TableCache, repr=False)
@@ -129,8 +129,8 @@ class HostTable:
 
     @classmethod
     def _assemble(cls, **fields: Any) -> HostTable:
-        """The table of `fields` (every field by name), as __init__ makes it, without passing 45
-        fields through it (several times per decision)."""
+        """The table of `fields` (every field by name, a sub-table's array columns left out), as
+        __init__ makes it, without passing 45 fields through it (several times per decision)."""
         table = object.__new__(cls)
         table.__dict__.update(fields)
         return table
