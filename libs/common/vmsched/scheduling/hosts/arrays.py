@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
@@ -11,12 +12,15 @@ FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 IndexArray = npt.NDArray[np.intp]
 
+#: A float as the 8 bytes of a C double: the buffer of a `constant` array.
+_DOUBLE = struct.Struct("d")
+
 
 def constant(n: int, value: float) -> FloatArray:
     """`value` for each of n hosts, as a read-only array that stores it once: what a unit with
     nothing to say about a VM returns, which a selector tells apart without reading n values."""
-    # The scalar is the one value every host's element reads (a stride of 0), held by the array.
-    out: FloatArray = np.ndarray((n,), dtype=np.float64, buffer=np.float64(value), strides=(0,))
+    # The one value every host's element reads (a stride of 0): 8 bytes, held by the array.
+    out: FloatArray = np.ndarray((n,), dtype=np.float64, buffer=_DOUBLE.pack(value), strides=(0,))
     out.flags.writeable = False
     return out
 

@@ -194,7 +194,10 @@ class TableCache:
 
 
 def derived(table: HostTable, key: str, columns: tuple[str, ...], make: Callable[[HostTable], A]) -> A:
-    """HostTable.derived: `make(table)`, kept while the settings and `columns` are the same objects."""
+    """HostTable.derived: `make(table)`, a per-host array computed row by row from the settings and
+    `columns` only, kept for the next versions of the table while those are the same objects (a
+    host's CPU count or SPM share rarely changes; computing them in every unit of every decision
+    cost more than the units' own work). A sub-table of known rows takes its cluster's."""
     rows = table._rows
     if rows is not None:
         return cast(A, table.cluster.derived(key, columns, make).take(rows))
@@ -210,7 +213,8 @@ def derived(table: HostTable, key: str, columns: tuple[str, ...], make: Callable
 
 
 def factors(table: HostTable, name: str) -> Factors:
-    """HostTable.factors: the factors of shared object column `name`, kept for the next versions."""
+    """HostTable.factors: the factors of object column `name` (one of the shared columns: networks,
+    arch, hypervisor_type, cpu_models, emulated_machines, host_groups), kept for the next versions."""
     if name not in SHARED:
         raise ValueError(f"no factors of column {name!r}: only of {sorted(SHARED)}")
     column = getattr(table, name)

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import numpy.typing as npt
 
 from vmsched.contracts import ClusterReport, HostState, PendingEntry
 from vmsched.scheduling.hosts import derived as _derived
@@ -37,10 +36,8 @@ from vmsched.scheduling.hosts.columns import (
     change_arrays,
     change_objects,
 )
-from vmsched.scheduling.hosts.derived import Factors, TableCache
+from vmsched.scheduling.hosts.derived import TableCache
 from vmsched.scheduling.hosts.sequences import host_ids
-
-A = TypeVar("A", bound=npt.NDArray[Any])
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,17 +160,11 @@ class HostTable:
         """Positions of the hosts with a VM pending, ascending."""
         return self._cache.rows_pending(self.pending_vm_ids)
 
-    def derived(self, key: str, columns: tuple[str, ...], make: Callable[[HostTable], A]) -> A:
-        """`make(self)`: a per-host array computed row by row from the settings and `columns`
-        only, kept for the next versions of the table while those are the same objects (a host's
-        CPU count or SPM share rarely changes; computing them in every unit of every decision
-        cost more than the units' own work). A sub-table of known rows takes its cluster's."""
-        return _derived.derived(self, key, columns, make)
-
-    def factors(self, name: str) -> Factors:
-        """The factors of object column `name` (one of the shared columns: networks, arch,
-        hypervisor_type, cpu_models, emulated_machines, host_groups), kept for the next versions."""
-        return _derived.factors(self, name)
+    #: `make(self)`: a per-host array computed from the settings and some columns only, kept for
+    #: the next versions while those are the same objects (derived.derived).
+    derived = _derived.derived
+    #: The factors of a shared object column, kept for the next versions (derived.factors).
+    factors = _derived.factors
 
     def with_rows(self, changed: Mapping[str, HostState], settings: ClusterReport | None = None) -> HostTable | None:
         """A copy with the rows of `changed` hosts replaced, or None if one of them is new here.

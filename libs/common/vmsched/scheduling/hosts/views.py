@@ -59,15 +59,19 @@ def take(table: HostTable, positions: IndexArray | BoolArray) -> HostTable:
 def taken_column(table: HostTable, name: str) -> Any:
     """An array column of a sub-table: taken from its parent on first read, kept in the
     sub-table's cache for the next reads (most units read a few of the 31 columns)."""
+    try:  # a column read before: units read a few columns several times each
+        return table.__dict__["_cache"].taken[name]
+    except KeyError:
+        return _take_column(table, name)
+
+
+def _take_column(table: HostTable, name: str) -> Any:
     fields = table.__dict__
     source = fields.get("_taken_from")
     if source is None or name not in ARRAY_COLUMNS:
         raise AttributeError(f"{type(table).__name__!r} object has no attribute {name!r}")
-    taken = fields["_cache"].taken
-    value = taken.get(name)
-    if value is None:
-        parent, rows = source
-        value = taken[name] = getattr(parent, name).take(rows)  # faster than indexing with a mask
+    parent, rows = source
+    value = fields["_cache"].taken[name] = getattr(parent, name).take(rows)  # faster than a mask
     return value
 
 
