@@ -10,9 +10,9 @@ with steps over the bus and the in-process paths with placement.LocalSteps. Same
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, overload
+from typing import NamedTuple
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 from vmsched.contracts import FilteredHost, ScoreTable, UnitCall, VmSpec
 from vmsched.contracts.base import MAX_TEXT
 from vmsched.errors import SchedulingError
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, LazySequence
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
 from vmsched.scheduling.units import REGISTRY, get_unit, validate_properties
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit
@@ -53,45 +53,37 @@ class Removal(NamedTuple):
     reason: str
 
 
-class Removals(Sequence[Removal]):
+class Removals(LazySequence[Removal]):
     """The hosts a filter chain removed, filter by filter, as Removal rows made when first read.
 
     Most decisions only count them for the summary, which reads at most two reasons of a filter
     that removed many hosts (`tally`); making a row and a reason for each of thousands of removed
-    hosts cost more than filtering them."""
+    hosts cost more than filtering them. Filled while the chain runs (`add`), so never hashed."""
 
-    __slots__ = ("_groups", "_rows")
+    __slots__ = ("_groups",)
+    __hash__ = None  # type: ignore[assignment]
 
     def __init__(self) -> None:
         #: (filter, host ids of its table, the positions it removed, their reasons)
         self._groups: list[tuple[str, Sequence[str], list[int], Sequence[str]]] = []
-        self._rows: list[Removal] | None = None
+        self._items = None
 
     def add(self, unit: str, ids: Sequence[str], gone: list[int], reasons: Sequence[str]) -> None:
         self._groups.append((unit, ids, gone, reasons))
-        self._rows = None
+        self._items = None
 
-    def _made(self) -> list[Removal]:
-        if self._rows is None:
-            self._rows = [
-                Removal(ids[i], unit, _fit(reason))
-                for unit, ids, gone, reasons in self._groups
-                for i, reason in zip(gone, reasons, strict=True)
-            ]
-        return self._rows
+    def _item(self, i: int) -> Removal:
+        return self._tuple()[i]
 
-    @overload
-    def __getitem__(self, i: int) -> Removal: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[Removal]: ...
-    def __getitem__(self, i: int | slice) -> Removal | Sequence[Removal]:
-        return self._made()[i]
+    def _make(self) -> tuple[Removal, ...]:
+        return tuple(
+            Removal(ids[i], unit, _fit(reason))
+            for unit, ids, gone, reasons in self._groups
+            for i, reason in zip(gone, reasons, strict=True)
+        )
 
     def __len__(self) -> int:
         return sum(len(gone) for _, _, gone, _ in self._groups)
-
-    def __iter__(self) -> Iterator[Removal]:
-        return iter(self._made())
 
     def tally(self) -> list[tuple[str, int, str | None]]:
         """Per filter, in order of first removal: how many hosts it removed, and their reason when
@@ -136,7 +128,7 @@ def _fit(reason: str) -> str:
     return reason if len(reason) <= MAX_TEXT else reason[: MAX_TEXT - 3] + "..."
 
 
-class _Picked(Sequence[str]):
+class _Picked(LazySequence[str]):
     """The items of `base` at `picks`, read when read (a filter's reasons for the hosts it removed
     that were still in play)."""
 
@@ -144,15 +136,14 @@ class _Picked(Sequence[str]):
 
     def __init__(self, base: Sequence[str], picks: list[int]) -> None:
         self._base, self._picks = base, picks
+        self._items = None
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[str]: ...
-    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
-        if isinstance(i, slice):
-            return [self._base[j] for j in self._picks[i]]
+    def _item(self, i: int) -> str:
         return self._base[self._picks[i]]
+
+    def _make(self) -> tuple[str, ...]:
+        base = self._base
+        return tuple(base[j] for j in self._picks)
 
     def __len__(self) -> int:
         return len(self._picks)

@@ -4,7 +4,8 @@ A sub-table's object column, a version of a 10,000-host column with a few rows c
 sub-table's ids are each read a few items at a time by most decisions and walked whole by few:
 each reads one item from where it is (`_item`) until it is walked, sliced or hashed, and then
 makes its items into a tuple once (`_make`) that every later read uses. LazySequence holds that
-behaviour once; the kinds below say only where their items are.
+behaviour once; the kinds below say only where their items are, and so do a filter's reasons and the
+VMs host by host (units.base.LazyReasons, VmsByHost) and the removed hosts (pipeline.Removals).
 """
 
 from __future__ import annotations

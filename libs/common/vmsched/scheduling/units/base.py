@@ -37,16 +37,15 @@ Conventions
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import overload
 from uuid import UUID, uuid5
 
 import numpy as np
 
 from vmsched.contracts import VmReport, VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, LazySequence
 from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.validation import PropertyValidation, ValidationCache, validate_properties
 
@@ -82,24 +81,21 @@ class PropertySpec:
         return re.fullmatch(self.regex.removeprefix("^").removesuffix("$"), value) is not None
 
 
-class LazyReasons(Sequence[str]):
+class LazyReasons(LazySequence[str]):
     """A filter's reasons, each made when first read: most decisions only count the removed hosts
     (the summary reads at most two reasons of a filter that removed many), and formatting a reason
-    for each of thousands of removed hosts cost more than filtering them."""
+    for each of thousands of removed hosts cost more than filtering them. Each reason is made once,
+    whether read alone or with the rest."""
 
     __slots__ = ("_made", "_positions", "_reason")
+    __hash__ = None  # type: ignore[assignment]  # equal to lists, as lists are: not hashable
 
     def __init__(self, reason: Callable[[int], str], positions: IndexArray) -> None:
         self._reason, self._positions = reason, positions
         self._made: dict[int, str] = {}
+        self._items = None
 
-    @overload
-    def __getitem__(self, i: int) -> str: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[str]: ...
-    def __getitem__(self, i: int | slice) -> str | Sequence[str]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
+    def _item(self, i: int) -> str:
         if i < 0:
             i += len(self)
         made = self._made.get(i)
@@ -107,19 +103,11 @@ class LazyReasons(Sequence[str]):
             made = self._made[i] = self._reason(int(self._positions[i]))
         return made
 
+    def _make(self) -> tuple[str, ...]:
+        return tuple(self._item(i) for i in range(len(self)))
+
     def __len__(self) -> int:
         return len(self._positions)
-
-    def __iter__(self) -> Iterator[str]:
-        return (self[i] for i in range(len(self)))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]  # equal to lists, as lists are: not hashable
-
-    def __repr__(self) -> str:
-        return f"LazyReasons({list(self)!r})"
 
 
 @dataclass(frozen=True)
@@ -159,19 +147,21 @@ _NONE_REMOVED.flags.writeable = False
 _ALL: list[BoolArray] = [np.ones(0, dtype=np.bool_)]
 
 
-class VmsByHost(Sequence[VmReport]):
+class VmsByHost(LazySequence[VmReport]):
     """VMs held host by host (host id -> VM id -> report, each report's host_id its host's), read
     as one sequence, host after host in the mapping's order, of those `keep` admits; `on` gives
     one host's without reading the others' (a balance unit asks for its source hosts' VMs, and a
-    cluster runs tens of thousands of VMs). A view: read it before the VMs change."""
+    cluster runs tens of thousands of VMs). A view of VMs that change: read it before they do, and
+    never hash it."""
 
-    __slots__ = ("_flat", "_hosts", "_keep")
+    __slots__ = ("_hosts", "_keep")
+    __hash__ = None  # type: ignore[assignment]
 
     def __init__(
         self, hosts: Mapping[str, Mapping[str, VmReport]], keep: Callable[[VmReport], bool] | None = None
     ) -> None:
         self._hosts, self._keep = hosts, keep
-        self._flat: list[VmReport] | None = None
+        self._items = None
 
     def on(self, host_id: str) -> list[VmReport]:
         """The host's VMs (those admitted), in order."""
@@ -186,25 +176,16 @@ class VmsByHost(Sequence[VmReport]):
         mine = self._keep
         return VmsByHost(self._hosts, keep if mine is None else lambda v: mine(v) and keep(v))
 
-    def _list(self) -> list[VmReport]:
-        if self._flat is None:
-            keep = self._keep
-            every = (v for vms in self._hosts.values() for v in vms.values())
-            self._flat = list(every) if keep is None else [v for v in every if keep(v)]
-        return self._flat
+    def _item(self, i: int) -> VmReport:
+        return self._tuple()[i]
 
-    @overload
-    def __getitem__(self, i: int) -> VmReport: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[VmReport]: ...
-    def __getitem__(self, i: int | slice) -> VmReport | Sequence[VmReport]:
-        return self._list()[i]
+    def _make(self) -> tuple[VmReport, ...]:
+        keep = self._keep
+        every = (v for vms in self._hosts.values() for v in vms.values())
+        return tuple(every) if keep is None else tuple(v for v in every if keep(v))
 
     def __len__(self) -> int:
-        return len(self._list())
-
-    def __iter__(self) -> Iterator[VmReport]:
-        return iter(self._list())
+        return len(self._tuple())
 
 
 @dataclass(frozen=True)
