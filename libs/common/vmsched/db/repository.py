@@ -337,4 +337,4 @@ class PolicyRepository:
                 validate_properties(unit, properties)
 
 
-__all__ = ["HA_RESERVATION_PROPERTY", "ClusterSettings", "PolicyRepository"]
+__all__ = ["ClusterSettings", "PolicyRepository"]

@@ -56,4 +56,4 @@ def effective_policy(workload: Workload, policy: Policy) -> Policy:
     return policy.model_copy(update={"properties": properties})
 
 
-__all__ = ["HA_RESERVATION_PROPERTY", "decide", "effective_policy"]
+__all__ = ["decide", "effective_policy"]

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from vmsched.scheduling.policy import Policy
-from vmsched.simulation.deciding import HA_RESERVATION_PROPERTY, decide, effective_policy
+from vmsched.simulation.deciding import decide, effective_policy
 from vmsched.simulation.events import Kind
 from vmsched.simulation.ha_checks import HaChecks
 from vmsched.simulation.migrations import Migrations
@@ -117,7 +117,6 @@ async def simulate(workload: Workload, policy: Policy, sampler: Sampler | None =
 
 __all__ = [
     "CLUSTER_ID",
-    "HA_RESERVATION_PROPERTY",
     "LOAD_STEP",
     "Counts",
     "Failure",

@@ -17,11 +17,9 @@ from vmsched.store.memories import FailedHosts, HaStatus, MigrationCooldowns
 from vmsched.store.pending import PendingStore
 from vmsched.store.redis import connect
 from vmsched.store.state_cache import CacheStats, StateCache
-from vmsched.store.state_records import COUNTED_STATUSES
 from vmsched.store.state_writer import StateWriter
 
 __all__ = [
-    "COUNTED_STATUSES",
     "CacheStats",
     "ClusterLock",
     "DecisionStore",

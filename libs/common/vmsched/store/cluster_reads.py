@@ -14,7 +14,7 @@ change stream when it moves, instead of being built again from every host's reco
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
@@ -43,11 +43,12 @@ class ClusterView:
     table: HostTable
     vms: list[VmReport]
     pending: list[PendingEntry]
-    #: VMs with a pending record: a start or migration the state tracker has not seen complete.
-    in_flight: frozenset[str] = field(init=False)
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "in_flight", frozenset(e.vm_id for e in self.pending))
+    @property
+    def in_flight(self) -> frozenset[str]:
+        """VMs with a pending record: a start or migration the state tracker has not seen complete
+        (read once per attempt)."""
+        return frozenset(e.vm_id for e in self.pending)
 
 
 class ClusterReader:

@@ -2,7 +2,7 @@
 
 Shared by the writer (StateWriter, which derives each HostState) and the readers (StateCache,
 which parses the stored ones). What a host's VMs add up to is a domain rule the simulator applies
-too: vmsched.scheduling.host_aggregates, re-exported here for the writer.
+too: vmsched.scheduling.host_aggregates, which the writer calls.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import ValidationError
 
 from vmsched.contracts import Message
 from vmsched.logging import get_logger
-from vmsched.scheduling.host_aggregates import COUNTED_STATUSES, aggregate_host, counts_on_host
 
 log = get_logger(__name__)
 
@@ -66,4 +65,4 @@ def parse_stored(model: type[M], raw: bytes | str) -> M:
         return model.model_validate(data, context=context)
 
 
-__all__ = ["COUNTED_STATUSES", "MAX_TRUSTED_BYTES", "STORED", "aggregate_host", "counts_on_host", "parse_stored"]
+__all__ = ["MAX_TRUSTED_BYTES", "STORED", "parse_stored"]

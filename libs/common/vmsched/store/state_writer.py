@@ -25,10 +25,11 @@ from vmsched.constants import STATE_CHANGES_MAXLEN
 from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, HostStatus, VmReport, VmStatus
 from vmsched.errors import StateConflict
 from vmsched.logging import get_logger
+from vmsched.scheduling.host_aggregates import aggregate_host, counts_on_host
 from vmsched.settings import Settings
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text as _text
-from vmsched.store.state_records import aggregate_host, counts_on_host, parse_stored
+from vmsched.store.state_records import parse_stored
 from vmsched.store.state_scripts import APPLY, REMOVE_CLUSTER
 
 log = get_logger(__name__)
