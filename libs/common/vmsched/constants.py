@@ -169,6 +169,8 @@ KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts wher
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{cluster} -> json list of failing hosts
 KEY_UNITS: Final = "units"  # {prefix}:units:{service}:{instance} -> json: the instance's units, PX = catalogue TTL
 KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index -> zset of KEY_UNITS keys by expiry (ms)
+KEY_GENERATION: Final = "generation"  # {prefix}:generation:{cluster} -> "generation server-run-id": Redis still knows
+KEY_RESYNC: Final = "resync"  # {prefix}:resync:{cluster} -> set while the engine owes a full report after a loss
 
 #: Lease roles (the {role} of KEY_LEASE): each cluster is worked by one process per role.
 LEASE_BALANCER: Final = "balancer"

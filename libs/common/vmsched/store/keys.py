@@ -13,11 +13,13 @@ from vmsched.constants import (
     KEY_DECISION,
     KEY_DECISION_HISTORY,
     KEY_FENCE,
+    KEY_GENERATION,
     KEY_HA_STATE,
     KEY_LEASE,
     KEY_LOCK,
     KEY_PENDING,
     KEY_PENDING_VERSION,
+    KEY_RESYNC,
     KEY_STATE_CHANGES,
     KEY_STATE_CLUSTER,
     KEY_STATE_HOSTS,
@@ -58,6 +60,14 @@ class Keys:
 
     def fence(self, cluster: str) -> str:
         return self._key(KEY_FENCE, cluster)
+
+    def generation(self, cluster: str) -> str:
+        """The cluster's generation marker: which generation its keys belong to, on which server run."""
+        return self._key(KEY_GENERATION, cluster)
+
+    def resync(self, cluster: str) -> str:
+        """Set while the cluster waits for the engine's full report after Redis forgot it."""
+        return self._key(KEY_RESYNC, cluster)
 
     def pending(self, cluster: str) -> str:
         return self._key(KEY_PENDING, cluster)
@@ -125,6 +135,8 @@ class Keys:
             self.pending_version(cluster),
             self.fence(cluster),
             self.lock(cluster),
+            self.generation(cluster),
+            self.resync(cluster),
             self.ha_state(cluster),
             self.decision_history(cluster),
             *(self.lease(role, cluster) for role in LEASE_ROLES),
