@@ -42,9 +42,14 @@ from vmsched.contracts import (
 )
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.units.base import FilterVerdict
+from vmsched.store.generations import GenerationMarkers, Recover
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from vmsched.client import SchedulerClient
+    from vmsched.settings import Settings
+    from vmsched.store.keys import Keys
 
 CLUSTER = "c1"
 
@@ -122,6 +127,18 @@ def schedule_decision(
     }
     fields.update(kw)
     return ScheduleDecision.model_validate(fields)
+
+
+def first_generation(redis: aioredis.Redis, settings: Settings, keys: Keys | None = None) -> Recover:
+    """The `recover` hook for store tests that are not about Redis losing data: a cluster without
+    a generation marker is taken as seen for the first time (generation 0, no resync), which is
+    what vmsched.recovery concludes when PostgreSQL's ledger has never seen the cluster."""
+    markers = GenerationMarkers(redis, settings, keys=keys)
+
+    async def recover(cluster_id: str) -> None:
+        await markers.install(cluster_id, 0, resync=False)
+
+    return recover
 
 
 async def make_cluster(

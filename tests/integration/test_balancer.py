@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from tests.factories import host_report, pending_entry, vm_report
+from tests.factories import first_generation, host_report, pending_entry, vm_report
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.bus import MemoryBus
@@ -238,7 +238,9 @@ async def reading(bus_settings: Settings, redis_client: aioredis.Redis, monkeypa
         return None
 
     monkeypatch.setattr(balancer, "_migrate", no_target)
-    return Reading(cfg, rt, balancer, StateWriter(redis_client, cfg), attempts)
+    return Reading(
+        cfg, rt, balancer, StateWriter(redis_client, cfg, recover=first_generation(redis_client, cfg)), attempts
+    )
 
 
 async def two_hosts(reading: Reading, cluster: str) -> None:
@@ -288,7 +290,9 @@ async def test_a_migration_completing_between_the_reads_is_still_counted_and_in_
     counted on b by the state read after: never on no host, and not picked to move again."""
     cluster = f"order-{unique}"
     await two_hosts(reading, cluster)
-    async with ClusterLock(reading.rt.redis, reading.settings).hold(cluster) as lease:
+    async with ClusterLock(
+        reading.rt.redis, reading.settings, recover=first_generation(reading.rt.redis, reading.settings)
+    ).hold(cluster) as lease:
         entry = pending_entry("a-vm0", "b", lease.token, mem_mb=1024, vcpus=1)
         await PendingStore(reading.rt.redis, reading.settings).record(cluster, [entry], lease.token)
 

@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 import structlog.testing
 from aio_pika.abc import AbstractIncomingMessage
 
-from tests.factories import schedule_decision
+from tests.factories import first_generation, schedule_decision
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus
 from vmsched.bus.amqp import HEADER_DEADLINE, AmqpBus, dead_letter_queue_arguments
@@ -790,7 +790,7 @@ async def test_poison_requests_beyond_prefetch_do_not_wedge_the_filter_worker(
     route = amqp_factory.route()
     server = await amqp_factory("filter-worker")
     client = await amqp_factory()
-    writer = StateWriter(redis_client, settings)
+    writer = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await writer.apply_cluster(ClusterReport(cluster_id=unique))
     version = await writer.apply_host(
         HostReport(

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import schedule_decision
+from tests.factories import first_generation, schedule_decision
 from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleDecision
 from vmsched.errors import FencedOut
@@ -82,7 +82,7 @@ async def test_a_fenced_out_write_adds_nothing(
     redis_client: aioredis.Redis, settings: Settings, store: DecisionStore, keys: Keys, unique: str
 ) -> None:
     cluster = f"c-{unique}"
-    locks = ClusterLock(redis_client, settings, keys=keys)
+    locks = ClusterLock(redis_client, settings, keys=keys, recover=first_generation(redis_client, settings, keys=keys))
     stale, current = await superseded_lease(locks, cluster)
     try:
         with pytest.raises(FencedOut):

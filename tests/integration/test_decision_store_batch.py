@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from tests.factories import schedule_decision
+from tests.factories import first_generation, schedule_decision
 from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleDecision
 from vmsched.errors import FencedOut
@@ -92,7 +92,7 @@ async def test_a_stale_token_writes_nothing_at_all(
     redis_client: aioredis.Redis, settings: Settings, store: DecisionStore, keys: Keys, unique: str
 ) -> None:
     cluster = f"c-{unique}"
-    locks = ClusterLock(redis_client, settings, keys=keys)
+    locks = ClusterLock(redis_client, settings, keys=keys, recover=first_generation(redis_client, settings, keys=keys))
     old, new = await superseded_lease(locks, cluster)
     try:
         stored = schedule_decision(cluster, uuid.uuid4(), "old")
@@ -236,7 +236,7 @@ async def test_each_batched_call_is_one_round_trip(
     client, sent = counted
     store = DecisionStore(client, settings, keys=keys)
     cluster = f"c-{unique}"
-    locks = ClusterLock(client, settings, keys=keys)
+    locks = ClusterLock(client, settings, keys=keys, recover=first_generation(client, settings, keys=keys))
     lease = await locks.acquire(cluster)
     # Load the scripts first (a script Redis has not seen costs a SCRIPT LOAD and a second EVALSHA once).
     warm = uuid.uuid4()

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import schedule_decision
+from tests.factories import first_generation, schedule_decision
 from tests.integration.conftest import superseded_lease
 from vmsched.contracts import ScheduleRequest, VmSpec
 from vmsched.errors import FencedOut
@@ -45,7 +45,7 @@ async def test_put_with_a_stale_token_is_fenced_out(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:
     cluster = f"c-{unique}"
-    locks = ClusterLock(redis_client, settings)
+    locks = ClusterLock(redis_client, settings, recover=first_generation(redis_client, settings))
     store = DecisionStore(redis_client, settings)
     old, new = await superseded_lease(locks, cluster)
     rid = uuid.uuid4()

@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from tests.factories import host_report, pending_entry
+from tests.factories import first_generation, host_report, pending_entry
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBus, connect
 from vmsched.contracts import ClusterReport, HostReport, HostStatus, Message, StateRequest
@@ -95,7 +95,9 @@ async def test_pending_counts_only_unexpired_records(
 ) -> None:
     pending = PendingStore(redis_client, settings)
     cluster, empty = f"pend-{unique}", f"none-{unique}"
-    async with ClusterLock(redis_client, settings).hold(cluster) as lease:
+    async with ClusterLock(redis_client, settings, recover=first_generation(redis_client, settings)).hold(
+        cluster
+    ) as lease:
         entries = [
             pending_entry("vm-1", "h1", lease.token),
             pending_entry("vm-2", "h2", lease.token),
@@ -112,7 +114,7 @@ async def test_the_writer_counts_hosts_by_status_and_a_reload_agrees(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:
     cluster = f"hosts-{unique}"
-    writer = StateWriter(redis_client, settings)
+    writer = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     assert writer.host_counts(cluster) is None
     for host, status in (("h1", HostStatus.UP), ("h2", HostStatus.UP), ("h3", HostStatus.MAINTENANCE)):
         await writer.apply_host(_host(cluster, host, status))
@@ -120,7 +122,7 @@ async def test_the_writer_counts_hosts_by_status_and_a_reload_agrees(
     expected = {HostStatus.UP: 1, HostStatus.MAINTENANCE: 1, HostStatus.DOWN: 0, HostStatus.NON_RESPONSIVE: 1}
     assert writer.host_counts(cluster) == expected
     assert cluster in writer.cluster_ids()
-    reloaded = StateWriter(redis_client, settings)
+    reloaded = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await reloaded.load([cluster])
     assert reloaded.host_counts(cluster) == expected
 
@@ -137,7 +139,7 @@ async def test_one_refresh_sets_the_gauges(
     rt = Runtime(
         settings=settings, bus=MemoryBus(settings), redis=redis_client, state=StateCache(redis_client, settings)
     )
-    writer = StateWriter(redis_client, settings)
+    writer = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await writer.apply_cluster(ClusterReport(cluster_id=cluster))
     for host, status in (("h1", HostStatus.UP), ("h2", HostStatus.DOWN), ("h3", HostStatus.UP)):
         await writer.apply_host(_host(cluster, host, status))
@@ -146,7 +148,9 @@ async def test_one_refresh_sets_the_gauges(
     assert _sample("vmsched_hosts", cluster=cluster, status="down") == 1
     assert _sample("vmsched_hosts", cluster=cluster, status="maintenance") == 0
 
-    async with ClusterLock(redis_client, settings).hold(cluster) as lease:
+    async with ClusterLock(redis_client, settings, recover=first_generation(redis_client, settings)).hold(
+        cluster
+    ) as lease:
         await PendingStore(redis_client, settings).record(
             cluster, [pending_entry("vm-1", "h1", lease.token)], lease.token
         )

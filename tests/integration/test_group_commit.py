@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests import factories
+from tests.factories import first_generation
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched.contracts import DecisionStatus, PendingEntry, ScheduleRequest, VmSpec
 from vmsched.db import migrate
@@ -87,7 +88,7 @@ async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
         # Hold the cluster's lock so every request queues behind the selector's first one.
         redis = connect(stack)
         try:
-            async with ClusterLock(redis, stack).hold(cluster):
+            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
                 sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
                 await asyncio.sleep(1.0)
                 assert not any(t.done() for t in sent)
@@ -112,7 +113,7 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
         await factories.make_cluster(client, cluster, 8, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)
         redis = connect(stack)
         try:
-            async with ClusterLock(redis, stack).hold(cluster):
+            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
                 vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=1024, vcpus=1) for i in range(3 * GROUP)]
                 plain = [asyncio.create_task(client.schedule(cluster, vm)) for vm in vms]
                 await asyncio.sleep(1.0)  # the plain ones reach the selector first

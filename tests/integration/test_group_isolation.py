@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests import factories
+from tests.factories import first_generation
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.contracts import (
@@ -72,7 +73,7 @@ async def test_a_failing_request_does_not_fail_its_group(stack: Settings, buses:
         names = [f"{unique}-a", f"{unique}-bad", f"{unique}-c"]
         redis = connect(stack)
         try:
-            async with ClusterLock(redis, stack).hold(cluster):
+            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
                 sent = [
                     asyncio.create_task(client.schedule(cluster, factories.vm_spec(n, mem_mb=512, vcpus=1)))
                     for n in names

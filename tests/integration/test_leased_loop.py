@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 import redis.asyncio as aioredis
 
+from tests.factories import first_generation
 from vmsched.bus import MemoryBus
 from vmsched.contracts import ClusterReport
 from vmsched.leased_loop import LeasedLoop
@@ -27,7 +28,9 @@ async def test_one_replica_works_each_cluster_failures_are_retried_and_a_stopped
     settings: Settings, redis_client: aioredis.Redis, unique: str
 ) -> None:
     cluster = f"loop-{unique}"
-    await StateWriter(redis_client, settings).apply_cluster(ClusterReport(cluster_id=cluster))
+    await StateWriter(redis_client, settings, recover=first_generation(redis_client, settings)).apply_cluster(
+        ClusterReport(cluster_id=cluster)
+    )
     runs: dict[str, list[str]] = {"a": [], "b": []}
 
     def work(name: str, *, fail: bool = False) -> Callable[[str], Awaitable[None]]:

@@ -10,7 +10,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import pending_entry
+from tests.factories import first_generation, pending_entry
 from vmsched.errors import FencedOut, LockTimeout
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
@@ -26,7 +26,7 @@ def lock_settings(settings: Settings) -> Settings:
 
 @pytest.fixture
 def locks(redis_client: aioredis.Redis, lock_settings: Settings) -> ClusterLock:
-    return ClusterLock(redis_client, lock_settings)
+    return ClusterLock(redis_client, lock_settings, recover=first_generation(redis_client, lock_settings))
 
 
 async def test_mutual_exclusion_and_increasing_tokens(locks: ClusterLock, unique: str) -> None:
@@ -180,7 +180,11 @@ async def test_cancelled_waiter_stops_waiting(
     # The holder keeps the lock for the whole loop however slow the machine (150 rounds can outlast a
     # 3 s hold timeout on a busy one, and a waiter would then rightly take it); a waiter whose cancel
     # was lost waits for its 30 s acquire timeout, so it is never done, let alone cancelled, within 10 s.
-    locks = ClusterLock(redis_client, lock_settings.model_copy(update={"lock_hold_timeout_s": 120.0}))
+    locks = ClusterLock(
+        redis_client,
+        lock_settings.model_copy(update={"lock_hold_timeout_s": 120.0}),
+        recover=first_generation(redis_client, lock_settings),
+    )
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
         for _ in range(150):

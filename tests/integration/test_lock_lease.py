@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import pending_entry
+from tests.factories import first_generation, pending_entry
 from vmsched.errors import FencedOut, LockTimeout
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
@@ -36,12 +36,13 @@ from vmsched.contracts import PendingEntry
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, PendingStore, connect
+from tests.factories import first_generation
 
 async def main() -> None:
     settings = Settings()
     redis = connect(settings)
     cluster = sys.argv[1]
-    async with ClusterLock(redis, settings).hold(cluster) as lease:
+    async with ClusterLock(redis, settings, recover=first_generation(redis, settings)).hold(cluster) as lease:
         print(f"CHILD held {lease.token}", flush=True)
         await asyncio.to_thread(sys.stdin.readline)
         entry = PendingEntry(vm_id="vm-child", host_id="h1", mem_mb=1, vcpus=1, request_id=uuid.uuid4(),
@@ -122,7 +123,7 @@ async def test_a_killed_holders_lock_frees_within_a_lease(
 ) -> None:
     proc, cluster = holder_process
     dead_token = await _token_of(proc)
-    locks = ClusterLock(redis_client, lease_settings)
+    locks = ClusterLock(redis_client, lease_settings, recover=first_generation(redis_client, lease_settings))
     await asyncio.sleep(1.5)  # the child's watchdog renews past its first lease meanwhile
     assert await locks.holder(cluster) is not None, "the live child lost its lock"
     proc.kill()
@@ -140,7 +141,7 @@ async def test_a_frozen_holder_loses_the_lock_and_its_write_is_fenced_out_when_i
 ) -> None:
     proc, cluster = holder_process
     frozen_token = await _token_of(proc)
-    locks = ClusterLock(redis_client, lease_settings)
+    locks = ClusterLock(redis_client, lease_settings, recover=first_generation(redis_client, lease_settings))
     pending = PendingStore(redis_client, lease_settings)
     os.kill(proc.pid, signal.SIGSTOP)
     stopped = time.monotonic()
@@ -169,7 +170,7 @@ async def test_a_live_holder_keeps_the_lock_for_several_leases(
 ) -> None:
     # A lease of 1 s: a busy machine delaying the watchdog by a fraction of a lease loses nothing.
     cfg = settings.model_copy(update={"lock_hold_timeout_s": 30.0, "lock_lease_s": 1.0})
-    locks = ClusterLock(redis_client, cfg)
+    locks = ClusterLock(redis_client, cfg, recover=first_generation(redis_client, cfg))
     pending = PendingStore(redis_client, cfg)
     cluster = f"live-{unique}"
     async with locks.hold(cluster) as lease:
@@ -187,7 +188,7 @@ async def test_the_hold_timeout_still_bounds_a_live_holder(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:
     cfg = settings.model_copy(update={"lock_hold_timeout_s": 3.0, "lock_lease_s": 1.0})
-    locks = ClusterLock(redis_client, cfg)
+    locks = ClusterLock(redis_client, cfg, recover=first_generation(redis_client, cfg))
     pending = PendingStore(redis_client, cfg)
     cluster = f"bounded-{unique}"
     async with locks.hold(cluster) as stuck:
@@ -209,7 +210,7 @@ async def test_the_watchdog_ends_with_the_body_on_exceptions_and_cancellation(
     # A lease this short keeps the watchdog renewing all the time, so cancellations land in its
     # Redis calls too.
     cfg = settings.model_copy(update={"lock_hold_timeout_s": 5.0, "lock_lease_s": 0.03})
-    locks = ClusterLock(redis_client, cfg)
+    locks = ClusterLock(redis_client, cfg, recover=first_generation(redis_client, cfg))
 
     def watchdogs() -> list[asyncio.Task[object]]:
         return [t for t in asyncio.all_tasks() if t.get_name().startswith(WATCHDOG_TASK_PREFIX)]
@@ -249,7 +250,7 @@ async def test_a_renewal_that_finds_the_lock_gone_marks_the_lease_lost(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:
     cfg = settings.model_copy(update={"lock_hold_timeout_s": 5.0, "lock_lease_s": 0.3})
-    locks = ClusterLock(redis_client, cfg)
+    locks = ClusterLock(redis_client, cfg, recover=first_generation(redis_client, cfg))
     cluster = f"gone-{unique}"
     async with locks.hold(cluster) as lease:
         await redis_client.delete(Keys(cfg.redis_prefix).lock(cluster))  # e.g. a Redis failover lost it

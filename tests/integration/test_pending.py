@@ -8,7 +8,7 @@ import time
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import pending_entry
+from tests.factories import first_generation, pending_entry
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
@@ -23,7 +23,7 @@ def pending(redis_client: aioredis.Redis, settings: Settings) -> PendingStore:
 
 @pytest.fixture
 def locks(redis_client: aioredis.Redis, settings: Settings) -> ClusterLock:
-    return ClusterLock(redis_client, settings)
+    return ClusterLock(redis_client, settings, recover=first_generation(redis_client, settings))
 
 
 async def test_record_and_read(pending: PendingStore, locks: ClusterLock, unique: str) -> None:

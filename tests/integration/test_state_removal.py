@@ -11,7 +11,7 @@ from typing import cast
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import host_report, vm_report
+from tests.factories import first_generation, host_report, vm_report
 from vmsched.contracts import HostStatus
 from vmsched.errors import UnknownCluster
 from vmsched.settings import Settings
@@ -25,7 +25,7 @@ vm = partial(vm_report, mem_mb=1000, overhead_mb=24, vcpus=2)
 
 @pytest.fixture
 def writer(redis_client: aioredis.Redis, settings: Settings, keys: Keys) -> StateWriter:
-    return StateWriter(redis_client, settings, keys=keys)
+    return StateWriter(redis_client, settings, keys=keys, recover=first_generation(redis_client, settings, keys=keys))
 
 
 @pytest.fixture
@@ -69,7 +69,9 @@ async def test_removed_hosts_go_in_one_version_and_caches_drop_them_incrementall
     assert await redis_client.xlen(keys.state_changes(c)) == 6
 
     # A restarted tracker loads the cluster without the host; the host reporting again is back.
-    restarted = StateWriter(redis_client, settings, keys=keys)
+    restarted = StateWriter(
+        redis_client, settings, keys=keys, recover=first_generation(redis_client, settings, keys=keys)
+    )
     assert await restarted.load([c]) == [c]
     assert restarted.snapshot(c) == snapshot
     assert await restarted.apply_host(host(c, "h2")) == 7
@@ -111,7 +113,9 @@ async def test_a_removed_cluster_is_unknown_and_its_versions_go_on_when_it_comes
     version, table = await idle.table(c, min_version=5)
     assert (version, table.ids) == (5, ("h9",))
     assert c in await cache.clusters()
-    restarted = StateWriter(redis_client, settings, keys=keys)
+    restarted = StateWriter(
+        redis_client, settings, keys=keys, recover=first_generation(redis_client, settings, keys=keys)
+    )
     await restarted.load([c])
     assert restarted.version(c) == 5
     assert [h.report.host_id for h in (await cache.snapshot(c)).hosts] == ["h9"]

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
-from tests.factories import host_report, vm_report
+from tests.factories import first_generation, host_report, vm_report
 from vmsched.contracts import (
     ClusterReport,
     FilterRequest,
@@ -47,7 +47,7 @@ vm = partial(vm_report, mem_mb=1000, overhead_mb=24, vcpus=2)
 
 @pytest.fixture
 def writer(redis_client: aioredis.Redis, settings: Settings) -> StateWriter:
-    return StateWriter(redis_client, settings)
+    return StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
 
 
 @pytest.fixture
@@ -168,7 +168,7 @@ async def test_restart_keeps_state(
     before = writer.snapshot(c)
     assert before is not None
 
-    restarted = StateWriter(redis_client, settings)
+    restarted = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     assert c in await restarted.load()
     assert restarted.snapshot(c) == before
     assert await cache.snapshot(c) == before
@@ -188,7 +188,7 @@ async def test_writer_reloads_when_redis_moved_on(
     c = f"c-{unique}"
     await writer.apply_host(host(c, "h1"))
     # Someone else writes the cluster (not how it should run, but the guard must hold).
-    other = StateWriter(redis_client, settings)
+    other = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await other.apply_vm(vm(c, "vm-1", "h1"))
     version = await writer.apply_vm(vm(c, "vm-2", "h1"))
     assert version == 3
@@ -218,7 +218,7 @@ async def test_state_stored_by_an_older_version_still_loads(
     host_blob["report"]["retired_field"] = 1
     await redis_client.hset(run_keys.state_hosts(cluster), "h1", json.dumps(host_blob))
 
-    restarted = StateWriter(redis_client, settings)
+    restarted = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await restarted.load([cluster])
     assert restarted.host_state(cluster, "h1") is not None
     _, table = await StateCache(redis_client, settings).table(cluster)
@@ -233,7 +233,7 @@ async def test_state_stored_by_an_older_version_still_loads(
     # ... but it does not keep a restarting state tracker from loading the other clusters.
     other = f"{cluster}-other"
     await restarted.apply_cluster(ClusterReport(cluster_id=other))
-    again = StateWriter(redis_client, settings)
+    again = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     assert await again.load([cluster, other]) == [other]
 
 
@@ -414,7 +414,7 @@ def test_aggregates_equal_a_recomputation(settings: Settings, reports: list[tupl
         client = aioredis.Redis.from_url(settings.redis_url, decode_responses=False)
         try:
             c = f"p-{uuid.uuid4().hex[:8]}"
-            writer = StateWriter(client, settings)
+            writer = StateWriter(client, settings, recover=first_generation(client, settings))
             cache = StateCache(client, settings)
             for h in HOSTS:
                 await writer.apply_host(host(c, h))
@@ -488,7 +488,7 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
 
     # The state is lost and reported again by a new tracker: other hosts, versions from 1.
     await _lose_state(redis_client, run_keys, c)
-    fresh = StateWriter(redis_client, settings)
+    fresh = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await fresh.apply_host(host(c, "n1"))
     await fresh.apply_host(host(c, "n2"))
     vm_spec = VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1)
@@ -510,7 +510,7 @@ async def test_a_worker_whose_cached_state_predates_a_lost_state_reloads_or_rais
     # Lost once more: the cache holds version 2 (n1, n2), Redis version 1 (n4). A request made
     # against a version 2 with n4 and n5 cannot be answered from either: StaleState.
     await _lose_state(redis_client, run_keys, c)
-    fresh = StateWriter(redis_client, settings)
+    fresh = StateWriter(redis_client, settings, recover=first_generation(redis_client, settings))
     await fresh.apply_host(host(c, "n4"))
     with pytest.raises(StaleState, match=f"cluster {c}: state version 1 has not reached 2"):
         await weigher.handle(

@@ -66,6 +66,9 @@ VM_REPORT_PREFIX: Final = "state.vm"
 CLUSTER_REPORT_PREFIX: Final = "state.cluster"
 HOST_REMOVED_PREFIX: Final = "state.host-removed"
 CLUSTER_REMOVED_PREFIX: Final = "state.cluster-removed"
+#: vmsched asks the engine for a full report (contracts.ResyncRequested); the engine says it sent one.
+RESYNC_REQUESTED_PREFIX: Final = "state.resync-requested"
+RESYNC_COMPLETE_PREFIX: Final = "state.resync-complete"
 DECISION_PREFIX: Final = "decision"
 MIGRATION_PREFIX: Final = "migration"
 POWER_PREFIX: Final = "power"
@@ -98,6 +101,14 @@ def cluster_removed_key(cluster_id: str) -> str:
     return f"{CLUSTER_REMOVED_PREFIX}.{cluster_id}"
 
 
+def resync_requested_key(cluster_id: str) -> str:
+    return f"{RESYNC_REQUESTED_PREFIX}.{cluster_id}"
+
+
+def resync_complete_key(cluster_id: str) -> str:
+    return f"{RESYNC_COMPLETE_PREFIX}.{cluster_id}"
+
+
 def decision_key(cluster_id: str) -> str:
     return f"{DECISION_PREFIX}.{cluster_id}"
 
@@ -126,6 +137,8 @@ CLUSTER_KEYED_EVENTS: Final[dict[str, str]] = {
     "VmReport": VM_REPORT_PREFIX,
     "HostRemoved": HOST_REMOVED_PREFIX,
     "ClusterRemoved": CLUSTER_REMOVED_PREFIX,
+    "ResyncRequested": RESYNC_REQUESTED_PREFIX,
+    "ResyncComplete": RESYNC_COMPLETE_PREFIX,
     "ScheduleDecision": DECISION_PREFIX,
     "MigrationDecision": MIGRATION_PREFIX,
     "PowerAction": POWER_PREFIX,

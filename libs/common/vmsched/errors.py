@@ -9,6 +9,7 @@
     │   ├── InvalidProperty
     │   │   └── PropertyTooLong   (its code stays "invalid_property": on the wire it is one)
     │   ├── StaleState
+    │   ├── DecisionLost
     │   └── PolicyError           (vmsched.db.PolicyRepository)
     │       ├── PolicyNotFound
     │       ├── PolicyLocked
@@ -29,6 +30,8 @@
     ├── LockError
     │   ├── LockTimeout
     │   └── FencedOut
+    ├── StateResyncing            (retryable)
+    │   └── GenerationLost
     └── CommandError
         ├── NotFound
         └── UsageError
@@ -45,6 +48,8 @@ from typing import ClassVar
 
 class VmschedError(Exception):
     code = "internal"
+    #: Whether the same request may simply be sent again later (the failure is not its fault).
+    retryable: ClassVar[bool] = False
     # "internal" is what the bus answers for an exception that is none of these, so its meaning says that.
     meaning: ClassVar[str] = (
         "an unexpected error in the service: the message carries only a reference id, which names the full "
@@ -246,6 +251,38 @@ class FencedOut(LockError):
     meaning = "a write carried a fencing token older than the lock's latest"
 
 
+class StateResyncing(VmschedError):
+    """Retryable: the cluster waits for the engine's full report after Redis lost its state."""
+
+    code = "state_resyncing"
+    retryable = True
+    meaning = (
+        "retryable: Redis lost the cluster's state; it is not scheduled until the engine has re-reported it in "
+        "full (state.resync-requested) — retry the same request id after that"
+    )
+
+
+class GenerationLost(StateResyncing):
+    """Redis no longer holds a cluster's generation marker: it forgot (or another server answers).
+    Its code stays "state_resyncing": on the wire it is one (the engine acts on both alike).
+
+    Raised by the store where a script finds it; whoever catches it starts a new generation
+    (vmsched.recovery) and the request is answered `state_resyncing`."""
+
+    def __init__(self, message: str, *, location: str | None = None, cluster_id: str) -> None:
+        super().__init__(message, location=location)
+        self.cluster_id = cluster_id
+
+
+class DecisionLost(SchedulingError):
+    code = "decision_lost"
+    meaning = (
+        "not retryable with the same id: Redis lost the decisions made before a failure, and the engine reports "
+        "this request's VM already on a host, so it is not placed a second time; send a new request id to place "
+        "it anyway"
+    )
+
+
 class CommandError(VmschedError):
     """A `vmsched` command's own refusal: said to its user as it is, with what to do in `hint`."""
 
@@ -273,7 +310,9 @@ __all__ = [
     "CommandError",
     "DatabaseMissing",
     "DatabaseUnavailable",
+    "DecisionLost",
     "FencedOut",
+    "GenerationLost",
     "InjectionError",
     "InvalidPolicy",
     "InvalidProperty",
@@ -295,6 +334,7 @@ __all__ = [
     "SchedulingError",
     "StaleState",
     "StateConflict",
+    "StateResyncing",
     "UnknownCluster",
     "UnknownPolicyUnit",
     "UnsupportedRegex",

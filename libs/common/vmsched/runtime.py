@@ -17,8 +17,10 @@ import redis.asyncio as aioredis
 from vmsched.bus import Bus, connect
 from vmsched.db import connect as connect_pg
 from vmsched.health import Check
+from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import StateCache
+from vmsched.store.generations import GenerationMarkers
 from vmsched.store.redis import connect as connect_redis
 from vmsched.store.redis import ping as ping_redis
 
@@ -60,13 +62,29 @@ class Runtime:
     _pg: asyncpg.Pool | None = None
     _pg_opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Named in the log line and the resync request when this process finds that Redis forgot.
+    service: str = "vmsched"
+    _recovery: Recovery | None = None
 
     @classmethod
     async def open(cls, settings: Settings, service: str = "vmsched", bus: Bus | None = None) -> Runtime:
         bus = bus or connect(settings, service)
         await bus.start()
         redis = connect_redis(settings)
-        return cls(settings=settings, bus=bus, redis=redis, state=StateCache(redis, settings))
+        return cls(settings=settings, bus=bus, redis=redis, state=StateCache(redis, settings), service=service)
+
+    @property
+    def recovery(self) -> Recovery:
+        """The `recover` hook of this process's stores (vmsched.recovery): a new generation from
+        PostgreSQL when Redis forgot a cluster. PostgreSQL is opened only when that happens."""
+        if self._recovery is None:
+            self._recovery = Recovery(
+                GenerationMarkers(self.redis, self.settings), self._postgres_pool, self.bus, found_by=self.service
+            )
+        return self._recovery
+
+    async def _postgres_pool(self) -> object:
+        return await self.postgres()
 
     async def postgres(self) -> asyncpg.Pool:
         """The PostgreSQL pool, opened on first use (the services with a policy cache need it)."""

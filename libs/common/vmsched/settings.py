@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     #: policy.changed event (one missed while the bus was down).
     policy_cache_ttl_s: float = Field(30.0, gt=0)
     #: How long a decision is remembered for idempotent replays of the same request id.
+    #: How often the state tracker asks the engine again for the full report of a cluster still
+    #: waiting for one after Redis forgot it (contracts.ResyncRequested).
+    resync_repeat_s: float = Field(10.0, gt=0)
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Decisions `vmsched decisions` can list per cluster (the newest; each is kept for decision_ttl_s).
     decision_history_max: int = Field(1000, ge=1, le=100_000)

@@ -26,7 +26,13 @@ class Selector:
         self.policies = policies or PolicyCache(rt)
         self.metrics = SelectorMetrics()
         self.lifecycle = Lifecycle.open(
-            rt.bus, rt.redis, rt.settings, state=rt.state, policies=self.policies, timer=self.metrics
+            rt.bus,
+            rt.redis,
+            rt.settings,
+            state=rt.state,
+            policies=self.policies,
+            timer=self.metrics,
+            recover=rt.recovery,
         )
 
     async def handle(self, req: ScheduleRequest) -> ScheduleDecision:

@@ -21,6 +21,8 @@ from vmsched.contracts import (
     HostRemoved,
     HostReport,
     Message,
+    ResyncComplete,
+    ResyncRequested,
     StateRequest,
     VmReport,
     VmStatus,
@@ -41,7 +43,7 @@ _SETTLED = {VmStatus.RUNNING, VmStatus.FAILED, VmStatus.DOWN}
 class StateTracker:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self.writer = StateWriter(rt.redis, rt.settings)
+        self.writer = StateWriter(rt.redis, rt.settings, recover=rt.recovery)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.ha_status = HaStatus(rt.redis, rt.settings)
@@ -59,7 +61,11 @@ class StateTracker:
             await self._apply(report)
 
     async def _apply(self, report: Message) -> None:
-        if isinstance(report, HostReport):
+        if isinstance(report, ResyncComplete):
+            await self._resync_complete(report)
+        elif isinstance(report, ResyncRequested):
+            return  # vmsched's own request to the engine, seen on the way (state.#): nothing to apply
+        elif isinstance(report, HostReport):
             await self.writer.apply_host(report)
             STATE_REPORTS.labels("host").inc()
             self.host_gauges.export(report.cluster_id)
@@ -97,6 +103,27 @@ class StateTracker:
             await self.failed_hosts.remember(report.cluster_id, report.vm_id, entry.host_id)
             log.info("placement failed; host remembered", vm=report.vm_id, host=entry.host_id)
 
+    async def _resync_complete(self, done: ResyncComplete) -> None:
+        outcome = await self.rt.recovery.markers.complete(done.cluster_id, done.generation, done.hosts, done.vms)
+        if outcome > 0:
+            log.info(
+                "resync complete: scheduling the cluster again", cluster=done.cluster_id, generation=done.generation
+            )
+        elif outcome == 0:
+            log.info(
+                "resync reported; waiting for its reports", cluster=done.cluster_id, hosts=done.hosts, vms=done.vms
+            )
+        else:
+            log.info("resync complete for a generation not awaited; ignored", cluster=done.cluster_id)
+
+    async def ask_again(self) -> None:
+        """Ask the engine again for the full report of every cluster still waiting for one (a request
+        published while no engine listened would otherwise be lost)."""
+        for cluster_id in await self.rt.state.clusters():
+            generation = await self.rt.recovery.markers.resync_generation(cluster_id)
+            if generation is not None:
+                await self.rt.recovery.request_resync(cluster_id, generation)
+
     async def handle_state(self, req: StateRequest) -> ClusterState:
         return await self.rt.state.snapshot(req.cluster_id)
 
@@ -106,10 +133,20 @@ async def start(rt: Runtime) -> None:
     await tracker.load()
     await rt.bus.subscribe(
         [c.STATE_EVENTS_BINDING],
-        [ClusterReport, HostReport, VmReport, HostRemoved, ClusterRemoved],
+        [ClusterReport, HostReport, VmReport, HostRemoved, ClusterRemoved, ResyncComplete, ResyncRequested],
         tracker.on_report,
         queue=c.STATE_EVENTS_QUEUE,
     )
     await rt.bus.serve(c.RPC_STATE, StateRequest, tracker.handle_state)
     if rt.settings.metrics_port:
         rt.spawn(Refresher(rt, tracker.writer).run(), name="gauges")
+    rt.spawn(_ask_again_every(tracker, rt.settings.resync_repeat_s), name="resync-requests")
+
+
+async def _ask_again_every(tracker: StateTracker, interval_s: float) -> None:
+    while True:
+        await asyncio.sleep(interval_s)
+        try:
+            await tracker.ask_again()
+        except Exception as exc:  # Redis or the broker away: the next round asks again
+            log.warning("resync requests not sent", error=str(exc))

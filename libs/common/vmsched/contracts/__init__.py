@@ -33,6 +33,7 @@ from vmsched.contracts.policies import (
     UnitQuery,
     WeightEntry,
 )
+from vmsched.contracts.resync import ResyncComplete, ResyncRequested
 from vmsched.contracts.scheduling import (
     AffinityGroup,
     AffinityRule,
@@ -128,6 +129,8 @@ __all__ = [
     "PowerAction",
     "PowerActionKind",
     "RequestKind",
+    "ResyncComplete",
+    "ResyncRequested",
     "RollbackPolicy",
     "ScheduleDecision",
     "ScheduleRequest",

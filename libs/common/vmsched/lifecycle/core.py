@@ -38,6 +38,7 @@ from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
 from vmsched.store.decisions import StoredDecision, request_fingerprint
+from vmsched.store.generations import Recover
 
 # Under the selector's name: the selector is the service whose work these lines report.
 log = get_logger("vmsched.selector")
@@ -92,15 +93,17 @@ class Lifecycle:
         state: StateCache,
         policies: PolicySource,
         timer: StageTimer,
+        recover: Recover | None = None,
     ) -> Lifecycle:
-        """The lifecycle over the cluster locks, pending records and decisions in `redis`."""
+        """The lifecycle over the cluster locks, pending records and decisions in `redis`; `recover`
+        starts a new generation when Redis forgot a cluster (vmsched.recovery)."""
         return cls(
             bus,
             settings,
             state=state,
             policies=policies,
             timer=timer,
-            locks=ClusterLock(redis, settings),
+            locks=ClusterLock(redis, settings, recover=recover),
             pending=PendingStore(redis, settings),
             decisions=DecisionStore(redis, settings),
         )

@@ -13,7 +13,8 @@ import asyncio
 import time
 from collections import deque
 
-from vmsched.errors import UnknownCluster
+from vmsched.contracts import RequestKind
+from vmsched.errors import DecisionLost, UnknownCluster
 from vmsched.lifecycle.commit import Commit
 from vmsched.lifecycle.decisions import expired, expired_decision
 from vmsched.lifecycle.events import Events
@@ -79,6 +80,8 @@ class Groups:
                 self.timer.lock_waited(time.perf_counter() - wait_from)
                 group, again = one_group(queue, self.settings.group_max, self.settings.priority_aging_s)
                 lap_all(self.timer, [turn.stages for turn in group], "lock_wait", wait_from)
+                if lease.replay_guard and group:
+                    group = await self._without_lost_replays(cluster, group)
                 if group:
                     await self._decide_group(cluster, group, lease.token)
                 # The same request id sent again while its first copy was in this group: now
@@ -94,6 +97,35 @@ class Groups:
                 group = [queue.popleft() for _ in range(min(len(queue), self.settings.group_max))]
             for turn in [*group, *again]:
                 fail(turn, exc)
+
+    async def _without_lost_replays(self, cluster: str, group: list[Turn]) -> list[Turn]:
+        """Not long after Redis forgot the cluster, a request id without a stored decision may have
+        been decided before the loss. A `run` request whose VM the engine reports on a host already
+        is then refused (DecisionLost) instead of placed a second time; the rest go on."""
+        records = await self.decisions.records([turn.req.request_id for turn in group])
+        fresh = [t for t, r in zip(group, records, strict=True) if r is None and t.req.kind is RequestKind.RUN]
+        placed = await self.state.placed_vms(cluster, sorted({vm.vm_id for t in fresh for vm in t.req.vms}))
+        if not placed:
+            return group
+        checked = {id(t) for t in fresh}
+        kept: list[Turn] = []
+        for turn in group:
+            vms = turn.req.vms if id(turn) in checked else []
+            already = [placed[vm.vm_id] for vm in vms if vm.vm_id in placed]
+            if not already:
+                kept.append(turn)
+                continue
+            where = ", ".join(f"{vm.vm_id} on {vm.host_id} ({vm.status})" for vm in already)
+            fail(
+                turn,
+                DecisionLost(
+                    f"request {turn.req.request_id} has no stored decision and Redis lost the decisions made "
+                    f"before a failure not long ago, while the engine reports {where}: not placed a second "
+                    "time; send a new request id to place it anyway",
+                    location="request_id",
+                ),
+            )
+        return kept
 
     async def _decide_group(self, cluster: str, group: list[Turn], token: int) -> None:
         since = time.perf_counter()

@@ -41,10 +41,11 @@ from dataclasses import dataclass, field
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-from vmsched.errors import LockTimeout
+from vmsched.errors import GenerationLost, LockTimeout, StateResyncing
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
 from vmsched.store._aio import cancel_requests, raise_if_cancelled
+from vmsched.store.generations import CHECK_GENERATION, GENERATION_LOST, RESYNCING, Recover
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text
 
@@ -57,23 +58,53 @@ BACKOFF_CAP_S = 0.020
 #: Name prefix of the renewal task hold() runs beside its body (tests look for leftovers).
 WATCHDOG_TASK_PREFIX = "lock-watchdog:"
 
-# KEYS[1] lock, KEYS[2] fence; ARGV[1] owner (unique per acquisition attempt), ARGV[2] lease ms.
-# Returns {1, token} when acquired, {0, pttl} when someone else holds the lock.
+# KEYS[1] lock, KEYS[2] fence, KEYS[3] generation marker, KEYS[4] resync flag; ARGV[1] owner
+# (unique per acquisition attempt), ARGV[2] lease ms.
+# Returns {1, token, replay guard 0/1} when acquired, {0, pttl} when someone else holds the lock,
+# {GENERATION_LOST, 0} when Redis forgot the cluster's generation (see store.generations), and
+# {RESYNCING, 0} while the cluster waits for the engine's full report.
 # If the lock already carries this owner, the script ran before (redis-py retried the call after a
 # connection error that lost the reply): return that token instead of waiting on ourselves.
-_ACQUIRE = """
+# The token is a stamp of the cluster's generation: a fence left from an earlier generation (or
+# none) starts again from the generation's base, so every token is newer than any issued before.
+_ACQUIRE = (
+    CHECK_GENERATION
+    + f"""
+local base = generation_base(KEYS[3])
+if not base then
+  return {{{GENERATION_LOST}, 0}}
+end
+local flag = redis.call('GET', KEYS[4])
+local guard = 0
+if flag then
+  if string.match(flag, 'done$') then
+    guard = 1
+  else
+    return {{{RESYNCING}, 0}}
+  end
+end
 local cur = redis.call('GET', KEYS[1])
 local prefix = ARGV[1] .. ':'
 if not cur then
-  local token = redis.call('INCR', KEYS[2])
-  redis.call('SET', KEYS[1], prefix .. token, 'PX', ARGV[2])
-  return {1, token}
+  local token = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if token < base then
+    token = base
+  end
+  token = token + 1
+  if token - base >= STAMP_SPAN then
+    return {{{GENERATION_LOST}, 0}}
+  end
+  local value = string.format('%d', token)
+  redis.call('SET', KEYS[2], value)
+  redis.call('SET', KEYS[1], prefix .. value, 'PX', ARGV[2])
+  return {{1, token, guard}}
 end
 if string.sub(cur, 1, #prefix) == prefix then
-  return {1, tonumber(string.sub(cur, #prefix + 1))}
+  return {{1, tonumber(string.sub(cur, #prefix + 1)), guard}}
 end
-return {0, redis.call('PTTL', KEYS[1])}
+return {{0, redis.call('PTTL', KEYS[1])}}
 """
+)
 
 # KEYS[1] lock; ARGV[1] exact value. Compare-and-delete: never removes a later holder's lock.
 _RELEASE = """
@@ -125,6 +156,9 @@ class Lease:
     released: bool = field(default=False)
     #: A renewal found the lock gone (or Redis unreachable): the lock is no longer ours.
     lost: bool = field(default=False)
+    #: Redis forgot this cluster's decisions not long ago (a resync ended within the decision
+    #: retention): a request id without a stored decision may have been decided before the loss.
+    replay_guard: bool = field(default=False)
 
     def __post_init__(self) -> None:
         if math.isnan(self.renewed_at):
@@ -165,8 +199,11 @@ class ClusterLock:
         *,
         keys: Keys | None = None,
         owner: str | None = None,
+        recover: Recover | None = None,
     ) -> None:
         self._redis = redis
+        #: Called when the cluster's generation is found lost; without it, GenerationLost is raised.
+        self._recover = recover
         self._keys = keys or Keys.from_settings(settings)
         self.acquire_timeout_s = settings.lock_acquire_timeout_s
         self.hold_timeout_s = settings.lock_hold_timeout_s
@@ -348,11 +385,52 @@ class ClusterLock:
         return f"{self._owner}/{uuid.uuid4().hex[:16]}"
 
     async def _attempt(self, cluster_id: str, owner: str, hold_s: float, waited_s: float) -> tuple[Lease | None, int]:
+        reply, started = await self._run_acquire(cluster_id, owner, hold_s)
+        if int(reply[0]) == GENERATION_LOST and self._recover is not None:
+            # A new generation (and, for a cluster Redis knew, a resync) and then one more try,
+            # which finds the cluster resyncing or, if it was new, takes the lock.
+            await self._recover(cluster_id)
+            reply, started = await self._run_acquire(cluster_id, owner, hold_s)
+        ok, value = int(reply[0]), int(reply[1])
+        if ok == GENERATION_LOST:
+            raise GenerationLost(
+                f"Redis no longer holds cluster {cluster_id}'s generation (it restarted, failed over or "
+                "lost its data): nothing it counted before can be trusted",
+                location=f"cluster.{cluster_id}",
+                cluster_id=cluster_id,
+            )
+        if ok == RESYNCING:
+            raise StateResyncing(
+                f"cluster {cluster_id} is not scheduled until the engine has reported it in full again "
+                "(Redis lost its state); retry after the engine's full report",
+                location=f"cluster.{cluster_id}",
+            )
+        if not ok:
+            return None, value
+        lease = Lease(
+            cluster_id=cluster_id,
+            token=value,
+            owner=owner,
+            hold_s=hold_s,
+            lease_s=_local_ttl(min(self.lease_s, hold_s)),
+            waited_s=waited_s + (time.monotonic() - started),
+            started_at=started,
+            replay_guard=bool(int(reply[2])),
+        )
+        return lease, 0
+
+    async def _run_acquire(self, cluster_id: str, owner: str, hold_s: float) -> tuple[list[int], float]:
+        """The acquire script's reply, and time.monotonic() just before it was sent."""
         started = time.monotonic()
         cancels = cancel_requests()
         try:
-            ok, value = await self._acquire(
-                keys=[self._keys.lock(cluster_id), self._keys.fence(cluster_id)],
+            reply = await self._acquire(
+                keys=[
+                    self._keys.lock(cluster_id),
+                    self._keys.fence(cluster_id),
+                    self._keys.generation(cluster_id),
+                    self._keys.resync(cluster_id),
+                ],
                 args=[owner, _ms(min(self.lease_s, hold_s))],
             )
         except BaseException:
@@ -364,18 +442,7 @@ class ClusterLock:
             # A cancellation redis-py swallowed (see store/_aio.py): honour it, lock or not.
             await self._abandon(cluster_id, owner)
             raise asyncio.CancelledError
-        if not ok:
-            return None, int(value)
-        lease = Lease(
-            cluster_id=cluster_id,
-            token=int(value),
-            owner=owner,
-            hold_s=hold_s,
-            lease_s=_local_ttl(min(self.lease_s, hold_s)),
-            waited_s=waited_s + (time.monotonic() - started),
-            started_at=started,
-        )
-        return lease, 0
+        return list(reply), started
 
     async def _abandon(self, cluster_id: str, owner: str) -> None:
         try:

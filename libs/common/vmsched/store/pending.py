@@ -25,6 +25,7 @@ from vmsched.errors import FencedOut
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
 from vmsched.store._aio import cancel_requests, raise_if_cancelled
+from vmsched.store.generations import STAMP_SPAN
 from vmsched.store.keys import Keys
 
 log = get_logger(__name__)
@@ -36,11 +37,18 @@ KEY_TTL_MARGIN_S = 60.0
 # KEYS[1] fence, KEYS[2] pending, KEYS[3] pending-version
 # ARGV[1] token, ARGV[2] key ttl ms, ARGV[3..] vm_id, json pairs
 # Returns {1, new pending version} or {0, latest fencing token}.
-_RECORD = """
+# The token is a stamp of the cluster's generation (store.generations), and so is the pending
+# version it leaves: a pending view cached before Redis forgot is older than any written after.
+_RECORD = f"""
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if fence ~= tonumber(ARGV[1]) then
-  return {0, fence}
+  return {{0, fence}}
 end
+local base = fence - fence % {STAMP_SPAN}
+if tonumber(redis.call('GET', KEYS[3]) or '0') < base then
+  redis.call('SET', KEYS[3], string.format('%d', base))
+end"""
+_RECORD += """
 if #ARGV < 3 then
   return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}
 end

@@ -186,6 +186,14 @@ class StateCache:
             vms=vms,
         )
 
+    async def placed_vms(self, cluster_id: str, vm_ids: Sequence[str]) -> dict[str, VmReport]:
+        """Of `vm_ids`, those the engine reports holding resources on a host (starting, running,
+        migrating), with their last report: one HMGET, for the replay check after a loss."""
+        if not vm_ids:
+            return {}
+        raw = await self._redis.hmget(self._keys.state_vms(cluster_id), list(vm_ids))
+        return {vm: parse_stored(VmReport, blob) for vm, blob in zip(vm_ids, raw, strict=True) if blob is not None}
+
     async def clusters(self) -> list[str]:
         """Every cluster the state tracker has written, sorted."""
         members = await self._redis.smembers(self._keys.clusters())

@@ -20,19 +20,39 @@ only the hosts it names.
 
 from __future__ import annotations
 
+from vmsched.store.generations import CHECK_GENERATION, GENERATION_LOST, SETTLE_RESYNC
+
 # KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
-#       [7] removed (the version a removed cluster goes on from)
+#       [7] removed (the version a removed cluster goes on from), [8] generation marker,
+#       [9] resync flag
 # ARGV: [1] expected version, [2] stream maxlen, [3] cluster id, [4] settings JSON or '',
 #       [5] kind, [6] changed or removed host ids (JSON list), [7] number of host pairs, host_id,
 #       json, ..., then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id,
 #       ..., then number of host deletions, host_id, ...
-# Returns {1, new version} or {0, current version} when the expected version is not current.
-APPLY = """
+#       then the replay window (ms) of a resync that this write completes.
+# Returns {1, new version} or {0, current version} when the expected version is not current, or
+# {GENERATION_LOST, 0} when Redis forgot the cluster's generation (store.generations). Versions
+# are stamps of the generation: the first write of a new generation goes on from its base.
+APPLY = (
+    CHECK_GENERATION
+    + SETTLE_RESYNC
+    + f"""
+local base = generation_base(KEYS[8])
+if not base then
+  return {{{GENERATION_LOST}, 0}}
+end
 local cur = tonumber(redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[7]) or '0')
+if cur < base then
+  cur = base
+end
 if cur ~= tonumber(ARGV[1]) then
-  return {0, cur}
+  return {{0, cur}}
 end
 local v = cur + 1
+if v - base >= STAMP_SPAN then
+  return {{{GENERATION_LOST}, 0}}
+end"""
+    + """
 local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
 if #last > 0 and tonumber(string.match(last[1][1], '^(%d+)')) >= v then
   -- The stream is ahead of the version key (the key was lost): readers must reload in full,
@@ -61,12 +81,15 @@ if ARGV[4] ~= '' then
   redis.call('SET', KEYS[4], ARGV[4])
   settings_changed = '1'
 end
-redis.call('SET', KEYS[1], v)
-redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], v .. '-0',
+local vs = string.format('%d', v)
+redis.call('SET', KEYS[1], vs)
+redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], vs .. '-0',
   'hosts', ARGV[6], 'cluster', settings_changed, 'kind', ARGV[5])
 redis.call('SADD', KEYS[6], ARGV[3])
+settle_resync(KEYS[9], KEYS[2], KEYS[3], ARGV[i])
 return {1, v}
 """
+)
 
 # KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
 #       [7] removed
@@ -81,7 +104,7 @@ if not cur then
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 redis.call('SREM', KEYS[6], ARGV[1])
-redis.call('SET', KEYS[7], tonumber(cur) + 1)
+redis.call('SET', KEYS[7], string.format('%d', tonumber(cur) + 1))
 return tonumber(cur)
 """
 
@@ -103,8 +126,8 @@ end
 if v == since then
   return {v, 1, {}, {}, 0, false}
 end
-local first = (since + 1) .. '-0'
-local entries = redis.call('XRANGE', KEYS[2], first, v .. '-0')
+local first = string.format('%d-0', since + 1)
+local entries = redis.call('XRANGE', KEYS[2], first, string.format('%d-0', v))
 if #entries ~= v - since or entries[1][1] ~= first then
   return {v, 0}
 end

@@ -23,10 +23,11 @@ from pydantic import ValidationError
 
 from vmsched.constants import STATE_CHANGES_MAXLEN
 from vmsched.contracts import ClusterReport, ClusterState, HostReport, HostState, HostStatus, VmReport, VmStatus
-from vmsched.errors import StateConflict
+from vmsched.errors import GenerationLost, StateConflict
 from vmsched.logging import get_logger
 from vmsched.scheduling.host_aggregates import aggregate_host, counts_on_host
 from vmsched.settings import Settings
+from vmsched.store.generations import GENERATION_LOST, Recover, stamp
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text as _text
 from vmsched.store.state_records import parse_stored
@@ -130,10 +131,15 @@ class StateWriter:
         *,
         keys: Keys | None = None,
         changes_maxlen: int = STATE_CHANGES_MAXLEN,
+        recover: Recover | None = None,
     ) -> None:
         self._redis = redis
+        #: Called when the cluster's generation is found lost; without it, GenerationLost is raised.
+        self._recover = recover
         self._keys = keys or Keys.from_settings(settings)
         self._maxlen = changes_maxlen
+        #: A write that completes a resync opens the replay window for as long as decisions are kept.
+        self._replay_window_ms = max(1, int(settings.decision_ttl_s * 1000))
         self._apply = redis.register_script(APPLY)
         self._remove_cluster = redis.register_script(REMOVE_CLUSTER)
         self._clusters: dict[str, _Cluster] = {}
@@ -167,7 +173,11 @@ class StateWriter:
                 stale = [h for h in sorted(cluster.hosts) if stored.get(h) != cluster.host_state(h)]
                 if stale:
                     log.info("host aggregates repaired on load", cluster=cid, hosts=stale)
-                    if await self._commit(cluster, _Write(kind="repair", hosts=stale)) is None:
+                    try:
+                        committed = await self._commit(cluster, _Write(kind="repair", hosts=stale))
+                    except GenerationLost:
+                        committed = None  # Redis forgot it: the next apply recovers it
+                    if committed is None:
                         # Redis moved on while loading: drop it; the next apply reloads.
                         self._clusters.pop(cid, None)
         return loaded
@@ -305,30 +315,41 @@ class StateWriter:
 
     async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], _Write | None]) -> int:
         async with self._lock(cluster_id):
-            for attempt in range(2):
-                cluster = self._clusters.get(cluster_id)
-                if cluster is None:
-                    cluster, _ = await self._read(cluster_id)
-                    self._clusters[cluster_id] = cluster
-                # The change mutates the in-memory cluster before Redis has it. Any failure
-                # below drops the cluster from memory, so the next apply reloads what Redis holds.
-                try:
-                    write = change(cluster)
-                    if write is None:  # nothing changed: no version
-                        return cluster.version
-                    version = await self._commit(cluster, write)
-                except BaseException:
-                    self._clusters.pop(cluster_id, None)
+            try:
+                return await self._apply_locked(cluster_id, change)
+            except GenerationLost:
+                if self._recover is None:
                     raise
-                if version is not None:
-                    return version
+            # Redis forgot the cluster: what this writer held of it is of the old generation (the
+            # engine re-reports it in full, asked by the recovery). The report goes into the new one.
+            await self._recover(cluster_id)
+            return await self._apply_locked(cluster_id, change)
+
+    async def _apply_locked(self, cluster_id: str, change: Callable[[_Cluster], _Write | None]) -> int:
+        for attempt in range(2):
+            cluster = self._clusters.get(cluster_id)
+            if cluster is None:
+                cluster, _ = await self._read(cluster_id)
+                self._clusters[cluster_id] = cluster
+            # The change mutates the in-memory cluster before Redis has it. Any failure
+            # below drops the cluster from memory, so the next apply reloads what Redis holds.
+            try:
+                write = change(cluster)
+                if write is None:  # nothing changed: no version
+                    return cluster.version
+                version = await self._commit(cluster, write)
+            except BaseException:
                 self._clusters.pop(cluster_id, None)
-                log.warning("state version moved under the writer; reloading", cluster=cluster_id, attempt=attempt)
-            raise StateConflict(
-                f"cluster {cluster_id}: state version changed under the writer twice; "
-                "is a second state tracker writing this cluster?",
-                location=f"cluster.{cluster_id}",
-            )
+                raise
+            if version is not None:
+                return version
+            self._clusters.pop(cluster_id, None)
+            log.warning("state version moved under the writer; reloading", cluster=cluster_id, attempt=attempt)
+        raise StateConflict(
+            f"cluster {cluster_id}: state version changed under the writer twice; "
+            "is a second state tracker writing this cluster?",
+            location=f"cluster.{cluster_id}",
+        )
 
     async def _commit(self, c: _Cluster, w: _Write) -> int | None:
         """Write one change; the new version, or None if Redis was not at c.version."""
@@ -350,6 +371,7 @@ class StateWriter:
         args += w.vms_deleted
         args.append(len(w.hosts_deleted))
         args += w.hosts_deleted
+        args.append(self._replay_window_ms)
         cid = c.cluster_id
         ok, version = await self._apply(
             keys=[
@@ -360,9 +382,17 @@ class StateWriter:
                 self._keys.state_changes(cid),
                 self._keys.clusters(),
                 self._keys.state_removed(cid),
+                self._keys.generation(cid),
+                self._keys.resync(cid),
             ],
             args=args,
         )
+        if ok == GENERATION_LOST:
+            raise GenerationLost(
+                f"Redis no longer holds cluster {cid}'s generation: its state from before cannot be trusted",
+                location=f"cluster.{cid}",
+                cluster_id=cid,
+            )
         if not ok:
             return None
         c.version = int(version)
@@ -376,10 +406,13 @@ class StateWriter:
             pipe.hgetall(self._keys.state_hosts(cluster_id))
             pipe.hgetall(self._keys.state_vms(cluster_id))
             pipe.get(self._keys.state_removed(cluster_id))
-            raw_version, raw_settings, raw_hosts, raw_vms, removed_at = await pipe.execute()
-        # A removed cluster reported again goes on from its old versions (state_scripts.APPLY).
+            pipe.get(self._keys.generation(cluster_id))
+            raw_version, raw_settings, raw_hosts, raw_vms, removed_at, marker = await pipe.execute()
+        # A removed cluster reported again goes on from its old versions, and a new generation from
+        # its base (state_scripts.APPLY); whether the marker is this server run's, APPLY checks.
         version = raw_version if raw_version is not None else removed_at
-        c = _Cluster(cluster_id=cluster_id, version=int(version) if version is not None else 0)
+        base = stamp(int(_text(marker).split()[0]), 0) if marker is not None else 0
+        c = _Cluster(cluster_id=cluster_id, version=max(base, int(version) if version is not None else 0))
         if raw_settings is not None:
             c.settings = parse_stored(ClusterReport, raw_settings)
         stored: dict[str, HostState] = {}

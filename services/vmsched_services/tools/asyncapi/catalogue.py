@@ -29,6 +29,7 @@ from vmsched.contracts.policies import (
     UnitListing,
     UnitQuery,
 )
+from vmsched.contracts.resync import ResyncComplete, ResyncRequested
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
 from vmsched.contracts.state import ClusterRemoved, ClusterReport, ClusterState, HostRemoved, HostReport, VmReport
 from vmsched.contracts.workers import (
@@ -161,6 +162,22 @@ EVENTS: list[tuple[str, str, type[Message], str, str]] = [
         ClusterRemoved,
         "receive",
         "A cluster taken out of vmsched; the state tracker deletes its state and pending resources.",
+    ),
+    (
+        "resyncRequested",
+        c.RESYNC_REQUESTED_PREFIX + ".{clusterId}",
+        ResyncRequested,
+        "send",
+        "Redis forgot the cluster: vmsched asks the engine to report it in full (what that holds is in the "
+        "message); until then its requests are answered state_resyncing. Repeated while the cluster waits.",
+    ),
+    (
+        "resyncComplete",
+        c.RESYNC_COMPLETE_PREFIX + ".{clusterId}",
+        ResyncComplete,
+        "receive",
+        "The engine's full report is published (after the reports it counts): scheduling resumes once the "
+        "state holds that many hosts and VMs.",
     ),
     (
         "decision",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from vmsched.bus import connect as connect_bus
 from vmsched.contracts import ClusterReport, ClusterState, StateRequest
+from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
@@ -39,7 +40,7 @@ async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
 async def bench_lock(settings: Settings, rounds: int) -> dict[str, float]:
     """Take and release a cluster's lock in Redis, uncontended: the floor under every decision."""
     redis = connect_redis(settings)
-    locks = ClusterLock(redis, settings)
+    locks = ClusterLock(redis, settings, recover=Recovery.standalone(redis, settings, "bench"))
 
     async def one(_: int) -> None:
         async with locks.hold("bench-lock"):

@@ -18,6 +18,7 @@ import uuid
 
 from vmsched.contracts import PendingEntry
 from vmsched.errors import FencedOut
+from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, PendingStore
 from vmsched.store.redis import connect
@@ -33,7 +34,12 @@ def stale_vm(cluster: str) -> str:
 
 async def hold_then_write(clusters: list[str], settings: Settings) -> int:
     redis = connect(settings)
-    locks = ClusterLock(redis, settings, owner=f"chaos-holder-{uuid.uuid4().hex[:6]}")
+    locks = ClusterLock(
+        redis,
+        settings,
+        owner=f"chaos-holder-{uuid.uuid4().hex[:6]}",
+        recover=Recovery.standalone(redis, settings, "chaos holder"),
+    )
     pending = PendingStore(redis, settings)
     reported: set[str] = set()
     try:

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
@@ -113,7 +114,12 @@ async def selector_kill(
         async with staged(settings, log_dir, services, tag=tag, clusters=clusters, hosts=hosts, mem_mb=16_384) as stage:
             outcomes = stage.requests(rng, requests, (512, 1024, 2048, 4096))
             redis = connect_redis(settings)
-            killer = _SelectorKiller(stage.stack, rng, ClusterLock(redis, settings), _cluster_ids(stage.hosts))
+            killer = _SelectorKiller(
+                stage.stack,
+                rng,
+                ClusterLock(redis, settings, recover=Recovery.standalone(redis, settings, "chaos")),
+                _cluster_ids(stage.hosts),
+            )
             try:
                 async with periodically(kill_every_s, rng, killer.kill):
                     await drive(

@@ -17,6 +17,7 @@ from pathlib import Path
 from redis.asyncio import Redis
 
 from vmsched.contracts import PendingEntry
+from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, PendingStore
 from vmsched.store.redis import connect as connect_redis
@@ -88,7 +89,12 @@ class _Taker:
     pending: PendingStore = field(init=False)
 
     def __post_init__(self) -> None:
-        self.locks = ClusterLock(self.redis, self.settings, owner="chaos-taker")
+        self.locks = ClusterLock(
+            self.redis,
+            self.settings,
+            owner="chaos-taker",
+            recover=Recovery.standalone(self.redis, self.settings, "chaos taker"),
+        )
         self.pending = PendingStore(self.redis, self.settings)
 
     async def round(self, names: list[str], stderr: Path) -> None:

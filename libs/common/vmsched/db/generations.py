@@ -1,0 +1,49 @@
+"""The durable generation counter per cluster (vmsched.store.generations says what it orders).
+
+A cluster seen for the first time starts at generation 0, whose stamps are the plain counters
+(versions 1, 2, ... as before generations existed, so an upgrade changes no counter); each loss
+found advances it by one.
+
+A generation is only ever advanced, in one statement, so two services that find the same loss at
+once get two different, increasing generations (the marker keeps the newer one).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# asyncpg ships no type information.
+Pool = Any
+
+_ADVANCE = """
+INSERT INTO redis_generation AS g (cluster_id, generation) VALUES ($1, 0)
+ON CONFLICT (cluster_id) DO UPDATE SET generation = g.generation + 1, started_at = now()
+RETURNING generation, (xmax = 0) AS inserted
+"""
+
+
+@dataclass(frozen=True)
+class Advanced:
+    """A cluster's new generation; `known` when it had one before (so Redis forgot it)."""
+
+    generation: int
+    known: bool
+
+
+class GenerationLedger:
+    """Reads and advances generations in PostgreSQL."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = pool
+
+    async def advance(self, cluster_id: str) -> Advanced:
+        row = await self._pool.fetchrow(_ADVANCE, cluster_id)
+        return Advanced(int(row["generation"]), known=not row["inserted"])
+
+    async def current(self, cluster_id: str) -> int | None:
+        value = await self._pool.fetchval("SELECT generation FROM redis_generation WHERE cluster_id = $1", cluster_id)
+        return None if value is None else int(value)
+
+
+__all__ = ["Advanced", "GenerationLedger"]
