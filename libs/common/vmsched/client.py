@@ -32,6 +32,8 @@ from vmsched.contracts import (
     PolicyChanged,
     PowerAction,
     RequestKind,
+    ResyncComplete,
+    ResyncRequested,
     ScheduleDecision,
     ScheduleRequest,
     StateRequest,
@@ -133,6 +135,18 @@ class SchedulerClient(BusClient):
         models: list[Any] = [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered]
         async for event in self._stream(bindings, models, maxsize):
             yield event
+
+    async def resync_requests(self, cluster_id: str = "*", *, maxsize: int = 10_000) -> AsyncIterator[ResyncRequested]:
+        """vmsched's requests for a full report of `cluster_id` ("*" for all): answer each with every
+        report it names, then `resync_complete` (see contracts.ResyncRequested)."""
+        async for r in self._stream([c.resync_requested_key(cluster_id)], [ResyncRequested], maxsize):
+            yield r
+
+    async def resync_complete(self, cluster_id: str, generation: int, *, hosts: int, vms: int) -> None:
+        """Say the full report for `generation` is published, with `hosts` hosts and `vms` VMs that
+        hold resources: the cluster is scheduled again once the state holds them."""
+        done = ResyncComplete(cluster_id=cluster_id, generation=generation, hosts=hosts, vms=vms)
+        await self.bus.publish(c.resync_complete_key(cluster_id), done)
 
     async def _stream(self, bindings: list[str], models: list[Any], maxsize: int) -> AsyncIterator[Any]:
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize)

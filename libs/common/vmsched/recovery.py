@@ -97,6 +97,18 @@ class Recovery:
             )
             await self.request_resync(cluster_id, installed)
 
+    async def ask_again(self) -> int:
+        """Ask again for the full report of every cluster still waiting for one (a request published
+        while no engine listened would otherwise be lost). The clusters come from PostgreSQL: Redis
+        forgot which clusters it had. Returns how many were asked."""
+        asked = 0
+        for cluster_id in await GenerationLedger(await self._pool()).clusters():
+            generation = await self.markers.resync_generation(cluster_id)
+            if generation is not None:
+                await self.request_resync(cluster_id, generation)
+                asked += 1
+        return asked
+
     async def request_resync(self, cluster_id: str, generation: int) -> None:
         """Ask the engine for the cluster's full report (again)."""
         if self._bus is None:

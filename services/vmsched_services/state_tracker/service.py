@@ -116,14 +116,6 @@ class StateTracker:
         else:
             log.info("resync complete for a generation not awaited; ignored", cluster=done.cluster_id)
 
-    async def ask_again(self) -> None:
-        """Ask the engine again for the full report of every cluster still waiting for one (a request
-        published while no engine listened would otherwise be lost)."""
-        for cluster_id in await self.rt.state.clusters():
-            generation = await self.rt.recovery.markers.resync_generation(cluster_id)
-            if generation is not None:
-                await self.rt.recovery.request_resync(cluster_id, generation)
-
     async def handle_state(self, req: StateRequest) -> ClusterState:
         return await self.rt.state.snapshot(req.cluster_id)
 
@@ -147,6 +139,6 @@ async def _ask_again_every(tracker: StateTracker, interval_s: float) -> None:
     while True:
         await asyncio.sleep(interval_s)
         try:
-            await tracker.ask_again()
+            await tracker.rt.recovery.ask_again()
         except Exception as exc:  # Redis or the broker away: the next round asks again
             log.warning("resync requests not sent", error=str(exc))

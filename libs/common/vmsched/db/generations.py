@@ -41,6 +41,11 @@ class GenerationLedger:
         row = await self._pool.fetchrow(_ADVANCE, cluster_id)
         return Advanced(int(row["generation"]), known=not row["inserted"])
 
+    async def clusters(self) -> list[str]:
+        """Every cluster that has a generation (every cluster Redis ever held, gone or not)."""
+        rows = await self._pool.fetch("SELECT cluster_id FROM redis_generation ORDER BY cluster_id")
+        return [str(r["cluster_id"]) for r in rows]
+
     async def current(self, cluster_id: str) -> int | None:
         value = await self._pool.fetchval("SELECT generation FROM redis_generation WHERE cluster_id = $1", cluster_id)
         return None if value is None else int(value)
