@@ -5,11 +5,17 @@ keys, headers, the reply-to queue): every one is read from contracts/asyncapi.js
 proves the contracts say everything an engine needs. tests/e2e/test_engine_from_contracts.py
 copies it and contracts/ into a scratch directory and runs it against vmsched's service processes.
 
-    python contract_engine.py CONTRACTS_DIR AMQP_URL AMQP_PREFIX CLUSTER_ID
+    python contract_engine.py CONTRACTS_DIR AMQP_URL AMQP_PREFIX CLUSTER_ID [LOSS_DIR]
 
 It reports a cluster and its hosts, waits until vmsched has them (RPC `state`), asks where a VM
 should run (RPC `schedule`), checks the reply against schemas/ScheduleDecision.json, follows the
 decision event, sends one invalid request to see an error reply, and prints one JSON line.
+
+With LOSS_DIR it also lives through Redis forgetting the cluster: it reports its VM running, writes
+LOSS_DIR/placed and waits for LOSS_DIR/forgotten (the test deletes the cluster's Redis keys in
+between), then does what the contract says when a request is answered `state_resyncing`: waits for
+the resyncRequested event, reports the cluster in full (the running VM included), publishes
+resyncComplete, and retries until the request is decided; and replays the first request.
 """
 
 from __future__ import annotations
@@ -215,7 +221,46 @@ async def next_event(contract: Contract, queue: AbstractQueue, name: str, keep: 
     raise AssertionError(f"no {name} event")
 
 
-async def main(contracts: Path, url: str, prefix: str, cluster: str) -> dict[str, Any]:
+async def live_through_a_loss(
+    engine: Engine, cluster: str, vm: dict[str, Any], first: dict[str, Any], host_id: str, loss_dir: Path
+) -> dict[str, Any]:
+    contract = engine.contract
+    resyncs = await engine.follow("resyncRequested", cluster)
+    running = {
+        "cluster_id": cluster,
+        "vm_id": vm["vm_id"],
+        "status": "running",
+        "host_id": host_id,
+        "mem_mb": 1024,
+        "vcpus": 1,
+    }
+    await engine.publish_event("vmReport", cluster, running)
+    (loss_dir / "placed").write_text(first["request_id"])
+    end = time.monotonic() + 60
+    while not (loss_dir / "forgotten").exists():
+        assert time.monotonic() < end, "the test never made Redis forget"
+        await asyncio.sleep(0.05)
+    second = {"request_id": str(uuid.uuid4()), "cluster_id": cluster, "vm": {**vm, "vm_id": f"{cluster}-vm2"}}
+    _, refused, _ = await engine.call("schedule", second)
+    asked = await next_event(contract, resyncs, "ResyncRequested", lambda r: True)
+    # The full report, as the request says: the cluster, every host, every VM holding resources.
+    await engine.publish_event("clusterReport", cluster, {"cluster_id": cluster, "memory_overcommit_pct": 100})
+    for i in range(HOSTS):
+        await engine.publish_event("hostReport", cluster, host(cluster, i))
+    await engine.publish_event("vmReport", cluster, running)
+    done = {"cluster_id": cluster, "generation": asked["generation"], "hosts": HOSTS, "vms": 1}
+    await engine.publish_event("resyncComplete", cluster, done)
+    retryable = refused["error"]["code"]
+    while True:
+        _, after, _ = await engine.call("schedule", second)
+        if after["status"] != "error" or after["error"]["code"] != retryable or time.monotonic() > end:
+            break
+        await asyncio.sleep(0.2)
+    _, replay, _ = await engine.call("schedule", first)
+    return {"refused": refused, "asked": asked, "after": after, "replay": replay}
+
+
+async def main(contracts: Path, url: str, prefix: str, cluster: str, loss_dir: Path | None) -> dict[str, Any]:
     contract = Contract(contracts, prefix)
     connection = await aio_pika.connect(url)
     async with connection:
@@ -244,7 +289,11 @@ async def main(contracts: Path, url: str, prefix: str, cluster: str) -> dict[str
         bad = {"request_id": str(uuid.uuid4()), "cluster_id": cluster, "vm": {**vm, "vm_id": "v2", "mem_mb": 0}}
         schema_refuses = not jsonschema.Draft202012Validator(contract.schemas["ScheduleRequest"]).is_valid(bad)
         _, error, error_failed = await engine.call("schedule", bad, check_request=False)
+        loss = None
+        if loss_dir is not None:
+            loss = await live_through_a_loss(engine, cluster, vm, request, decision["host_id"], loss_dir)
         return {
+            "loss": loss,
             "hosts": sorted(h["report"]["host_id"] for h in state["hosts"]),
             "reply_type": reply_type,
             "decision": decision,
@@ -256,4 +305,5 @@ async def main(contracts: Path, url: str, prefix: str, cluster: str) -> dict[str
 
 if __name__ == "__main__":
     root, amqp_url, amqp_prefix, cluster_id = sys.argv[1:5]
-    print(json.dumps(asyncio.run(main(Path(root), amqp_url, amqp_prefix, cluster_id))))
+    loss = Path(sys.argv[5]) if len(sys.argv) > 5 else None
+    print(json.dumps(asyncio.run(main(Path(root), amqp_url, amqp_prefix, cluster_id, loss))))

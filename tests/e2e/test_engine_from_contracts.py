@@ -10,6 +10,7 @@ it in asyncapi.json (vmsched_services.tools.asyncapi), not in the engine.
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import re
 import shutil
@@ -24,6 +25,9 @@ from tests.e2e.conftest import ServiceStack
 from vmsched import constants as c
 from vmsched.bus import dispatch
 from vmsched.bus.amqp import REPLY_TO
+from vmsched.settings import Settings
+from vmsched.store.keys import Keys
+from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.asyncapi import asyncapi
 
 pytestmark = pytest.mark.e2e
@@ -76,6 +80,26 @@ def test_the_engine_spells_no_wire_name_of_its_own() -> None:
     assert spelt == set(), f"the engine must read these from contracts/: {sorted(spelt)}"
 
 
+async def _make_redis_forget(settings: Settings, cluster: str, loss_dir: Path, engine: asyncio.Task[Any]) -> None:
+    """Once the engine's VM runs, delete the cluster's Redis keys and its decision: what a restart
+    without data does."""
+    while not (loss_dir / "placed").exists():
+        if engine.done():
+            return
+        await asyncio.sleep(0.05)
+    redis = connect_redis(settings)
+    try:
+        k = Keys.from_settings(settings)
+        decided = (loss_dir / "placed").read_text()
+        await redis.delete(*k.of_cluster(cluster), k.generation(cluster), k.decision(decided))
+        for pattern in k.cluster_patterns(cluster):
+            async for key in redis.scan_iter(match=pattern):
+                await redis.delete(key)
+    finally:
+        await redis.aclose()
+    (loss_dir / "forgotten").write_text("")
+
+
 async def test_an_engine_written_from_contracts_alone_gets_a_vm_placed(
     stack: ServiceStack, tmp_path: Path, unique: str
 ) -> None:
@@ -86,19 +110,26 @@ async def test_an_engine_written_from_contracts_alone_gets_a_vm_placed(
     cluster = f"from-contracts-{unique}"
 
     settings = stack.settings
-    code, out, err = await run_program(
-        sys.executable,
-        "-I",
-        "-c",
-        NO_VMSCHED,
-        "engine.py",
-        "contracts",
-        settings.amqp_url,
-        settings.amqp_prefix,
-        cluster,
-        cwd=scratch,
-        timeout=ENGINE_TIMEOUT_S,
+    loss_dir = tmp_path / "loss"
+    loss_dir.mkdir()
+    engine = asyncio.create_task(
+        run_program(
+            sys.executable,
+            "-I",
+            "-c",
+            NO_VMSCHED,
+            "engine.py",
+            "contracts",
+            settings.amqp_url,
+            settings.amqp_prefix,
+            cluster,
+            str(loss_dir),
+            cwd=scratch,
+            timeout=ENGINE_TIMEOUT_S,
+        )
     )
+    await _make_redis_forget(settings, cluster, loss_dir, engine)
+    code, out, err = await engine
     assert code == 0, err[-4000:]
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
 
@@ -110,6 +141,16 @@ async def test_an_engine_written_from_contracts_alone_gets_a_vm_placed(
     assert decision["host_id"] in hosts
     assert decision["cluster_id"] == cluster
     assert result["event"] == decision  # the decision event is the reply, as published
+
+    # Redis forgot the cluster: refused (retryable) until the engine's full report, then decided;
+    # the request decided before the loss is not placed a second time.
+    loss = result["loss"]
+    assert loss["refused"]["status"] == "error"
+    assert loss["refused"]["error"]["code"] == "state_resyncing"
+    assert loss["asked"]["cluster_id"] == cluster
+    assert loss["after"]["status"] == "placed", loss["after"]
+    assert loss["replay"]["error"]["code"] == "decision_lost"
+    assert {"state_resyncing", "decision_lost"} <= set(result["error_codes"])
 
     error = result["error"]
     assert error["failed"] is True
