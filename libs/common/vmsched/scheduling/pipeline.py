@@ -95,8 +95,8 @@ class Removals(LazySequence[Removal]):
                 continue
             counts[unit] = counts.get(unit, 0) + len(gone)
             first = single[unit] if unit in single else _fit(reasons[0])
-            for reason in reasons:  # made one by one, up to the first that differs
-                if first is None or _fit(reason) != first:
+            for k in range(len(reasons)):  # made one by one, up to the first that differs
+                if first is None or _fit(reasons[k]) != first:
                     first = None
                     break
             single[unit] = first

@@ -13,6 +13,8 @@ the one place that decides.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
@@ -33,7 +35,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import VmschedError
 from vmsched.scheduling.cost import vm_cost
-from vmsched.scheduling.hosts import HostTable, TakenIds
+from vmsched.scheduling.hosts import HostTable, Prefix, TakenIds
 from vmsched.scheduling.pipeline import Removal, candidate_hosts, filtered_hosts, rank, screen, summarize
 from vmsched.scheduling.policy import Policy
 
@@ -50,9 +52,11 @@ class Screening:
 
 
 #: Filter `vm` over the candidate host ids, with these pending records counted.
-FilterFn = Callable[[VmSpec, Sequence[str], list[PendingEntry]], Awaitable[Screening]]
+#: `seen` is a Prefix of one log for all the VMs of a request: a step may keep what it made of one
+#: VM's and read only what was added for the next (LocalSteps does).
+FilterFn = Callable[[VmSpec, Sequence[str], Sequence[PendingEntry]], Awaitable[Screening]]
 #: Weigh `vm` over the surviving host ids (2 or more), with these pending records counted; best first.
-WeighFn = Callable[[VmSpec, Sequence[str], list[PendingEntry]], Awaitable[ScoreTable]]
+WeighFn = Callable[[VmSpec, Sequence[str], Sequence[PendingEntry]], Awaitable[ScoreTable]]
 #: The pending record of `vm` placed on the host id (the caller adds request id, fencing token, expiry).
 PendingFor = Callable[[VmSpec, str], PendingEntry]
 
@@ -77,7 +81,21 @@ class Unplaceable:
     explanation: Explanation
 
 
-Outcome = Placed | WaitForPending | Unplaceable
+@dataclass(frozen=True)
+class Expired:
+    """The deadline passed while the request was being placed: nothing of it is placed."""
+
+    #: How many of its VMs had a host when it stopped (none of them is kept).
+    reached: int
+
+
+Outcome = Placed | WaitForPending | Unplaceable | Expired
+
+
+#: How long a batch's placement runs before it lets the event loop's other work go on (seconds):
+#: placing is CPU work on the loop, and a 1,000-VM batch held every other message of its worker
+#: (another cluster's one-VM requests) for its whole run. Also how often the deadline is read.
+SLICE_S = 0.01
 
 
 async def place(
@@ -90,36 +108,48 @@ async def place(
     weigh_fn: WeighFn,
     pending_for: PendingFor,
     may_wait: bool,
+    deadline: float | None = None,
 ) -> Outcome:
     """Place every VM of `request` on `candidates` (Up hosts, black/whitelist applied), or none.
 
     `filters` names the policy's filter chain in order (for the explanation). `pending` is what is
     pending in the cluster besides this request's own VMs. With `may_wait`, a VM that fits nowhere
-    while memory is pending on a candidate gives WaitForPending.
+    while memory is pending on a candidate gives WaitForPending. A request still being placed at
+    `deadline` (unix seconds) gives Expired; the loop yields to the event loop every SLICE_S.
     """
     # A table's ids as they are (immutable; a copy of 10,000 would be made for every decision).
     cands = candidates if isinstance(candidates, (tuple, TakenIds)) else list(candidates)
     chain = list(filters)
-    placed: list[tuple[Placement, PendingEntry]] = []
+    vms = request.vms  # a new list on each read
+    # What each VM sees pending: the cluster's, then the VMs placed before it. One log that only
+    # grows, each VM given a prefix of it: a copy per VM made a batch cost the square of its size.
+    log = list(pending)
+    placements: list[Placement] = []
     first: Explanation | None = None
-    for n, vm in enumerate(request.vms):
-        seen = [*pending, *(entry for _, entry in placed)]
+    sliced = time.perf_counter()
+    for n, vm in enumerate(vms):
+        if n == 0 or time.perf_counter() - sliced >= SLICE_S:
+            if n:
+                await asyncio.sleep(0)  # let other clusters' requests on this loop go on
+            sliced = time.perf_counter()
+            if deadline is not None and time.time() >= deadline:
+                return Expired(len(placements))  # all or nothing: nothing of the request is placed
+        seen = Prefix(log)
         screened = await filter_fn(vm, cands, seen) if cands else None
         survivors = screened.survivors if screened is not None else []
-        removed = screened.removed if screened is not None else []
-        summary = summarize(len(cands), len(survivors), removed)
-        if request.batch:
-            summary = f"{vm.vm_id} ({n + 1}/{len(request.vms)}): {summary}"
-        # Every removed host with its reason only when asked or when nothing fits (then it is the
-        # answer to "why"): at 1,000 hosts it is most of the decision's size, and the decision is
-        # serialized for the store, the event and the reply.
-        listed = filtered_hosts(removed) if request.explain_hosts or not survivors else []
-        explanation = Explanation(summary=summary, candidates=len(cands), filters=chain, filtered=listed)
-        if not survivors:
-            on_candidates = set(cands)
-            if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
-                return WaitForPending()
-            return Unplaceable(explanation)  # all or nothing: nothing of the request is placed
+        if not survivors or first is None:
+            removed = screened.removed if screened is not None else []
+            explanation = _explain(request, f"{vm.vm_id} ({n + 1}/{len(vms)})", chain, len(cands), survivors, removed)
+            if not survivors:
+                on_candidates = set(cands)
+                if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
+                    return WaitForPending()
+                return Unplaceable(explanation)  # all or nothing: nothing of the request is placed
+            summary = explanation.summary
+        else:
+            # Only the first VM's explanation is kept: the others' need only their summary line.
+            removed = screened.removed if screened is not None else []
+            summary = _summary(request, f"{vm.vm_id} ({n + 1}/{len(vms)})", len(cands), len(survivors), removed)
         scores: ScoreTable | None = None
         ordered = survivors
         if len(survivors) > 1:
@@ -128,17 +158,43 @@ async def place(
             ordered = scores.hosts
         if first is None:
             first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
-        placement = Placement(
-            vm_id=vm.vm_id,
-            host_id=ordered[0],
-            alternates=list(ordered[1 : 1 + request.max_alternates]),
-            summary=summary,
+        placements.append(
+            Placement(
+                vm_id=vm.vm_id,
+                host_id=ordered[0],
+                alternates=list(ordered[1 : 1 + request.max_alternates]),
+                summary=summary,
+            )
         )
-        placed.append((placement, pending_for(vm, ordered[0])))
+        log.append(pending_for(vm, ordered[0]))
     assert first is not None  # a request has at least one VM
     if request.batch:
-        first = first.model_copy(update={"summary": f"placed {len(placed)} VMs; first: {first.summary}"})
-    return Placed([p for p, _ in placed], [e for _, e in placed], first)
+        first = first.model_copy(update={"summary": f"placed {len(placements)} VMs; first: {first.summary}"})
+    return Placed(placements, log[len(log) - len(placements) :], first)
+
+
+def _summary(
+    request: ScheduleRequest, which: str, candidates: int, available: int, removed: Sequence[Removal | FilteredHost]
+) -> str:
+    """The summary line of the VM `which` names in a batch (`vm-7 (7/1000)`)."""
+    summary = summarize(candidates, available, removed)
+    return f"{which}: {summary}" if request.batch else summary
+
+
+def _explain(
+    request: ScheduleRequest,
+    which: str,
+    chain: list[str],
+    candidates: int,
+    survivors: Sequence[str],
+    removed: Sequence[Removal | FilteredHost],
+) -> Explanation:
+    """VM n's explanation. Every removed host with its reason only when asked or when nothing fits
+    (then it is the answer to "why"): at 1,000 hosts it is most of the decision's size, and the
+    decision is serialized for the store, the event and the reply."""
+    summary = _summary(request, which, candidates, len(survivors), removed)
+    listed = filtered_hosts(removed) if request.explain_hosts or not survivors else []
+    return Explanation(summary=summary, candidates=candidates, filters=chain, filtered=listed)
 
 
 def pending_entry(vm: VmSpec, host_id: str, *, request_id: UUID, fencing_token: int, expires_at: float) -> PendingEntry:
@@ -188,6 +244,9 @@ class LocalSteps:
         self.weigh_in_filter = weigh_in_filter
         #: Rank only the best `top` hosts, without the per-unit table (None: every host, with it).
         self.top = top
+        #: The last pending a VM saw, folded into the cluster's table: the next VM of the batch
+        #: sees it and one more record, folded onto it instead of all of them again.
+        self._folded: tuple[Prefix[PendingEntry], HostTable] | None = None
 
     @classmethod
     def of(
@@ -210,14 +269,27 @@ class LocalSteps:
             top=top,
         )
 
-    async def filter(self, vm: VmSpec, ids: Sequence[str], seen: list[PendingEntry]) -> Screening:
-        view = self.hosts.view(ids, seen, now=self.now)
+    def view(self, ids: Sequence[str], seen: Sequence[PendingEntry]) -> HostTable:
+        """The hosts `ids` with `seen` pending, as HostTable.view makes them."""
+        if not isinstance(seen, Prefix):
+            return self.hosts.view(ids, seen, now=self.now)
+        known = self._folded
+        added = seen.since(known[0]) if known is not None else None
+        if known is not None and added is not None:
+            whole = known[1].with_more_pending(added)
+        else:
+            whole = self.hosts.with_pending(seen, now=self.now)
+        self._folded = (seen, whole)
+        return whole.part(ids)
+
+    async def filter(self, vm: VmSpec, ids: Sequence[str], seen: Sequence[PendingEntry]) -> Screening:
+        view = self.view(ids, seen)
         weights = self.weights if self.weigh_in_filter else None
         out, scores = screen(view, vm, self.filters, weights, self.selector, top=self.top)
         return Screening(out.survivors.ids, out.removals, scores)
 
-    async def weigh(self, vm: VmSpec, ids: Sequence[str], seen: list[PendingEntry]) -> ScoreTable:
-        return rank(self.hosts.view(ids, seen, now=self.now), vm, self.weights, self.selector, top=self.top)
+    async def weigh(self, vm: VmSpec, ids: Sequence[str], seen: Sequence[PendingEntry]) -> ScoreTable:
+        return rank(self.view(ids, seen), vm, self.weights, self.selector, top=self.top)
 
 
 async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult]:
@@ -289,6 +361,7 @@ def _result(request_id: UUID, outcome: Outcome) -> PlaceResult:
 __all__ = [
     "FilterFn",
     "LocalSteps",
+    "Expired",
     "Outcome",
     "PendingFor",
     "Placed",
