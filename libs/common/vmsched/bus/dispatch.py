@@ -26,8 +26,8 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field, replace
 from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import structlog

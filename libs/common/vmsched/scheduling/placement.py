@@ -126,38 +126,28 @@ async def place(
     log = list(pending)
     placements: list[Placement] = []
     first: Explanation | None = None
-    sliced = time.perf_counter()
+    slices = _Slices(deadline)
     for n, vm in enumerate(vms):
-        if n == 0 or time.perf_counter() - sliced >= SLICE_S:
-            if n:
-                await asyncio.sleep(0)  # let other clusters' requests on this loop go on
-            sliced = time.perf_counter()
-            if deadline is not None and time.time() >= deadline:
-                return Expired(len(placements))  # all or nothing: nothing of the request is placed
+        if await slices.expired():
+            return Expired(len(placements))  # all or nothing: nothing of the request is placed
         seen = Prefix(log)
         screened = await filter_fn(vm, cands, seen) if cands else None
-        survivors = screened.survivors if screened is not None else []
-        if not survivors or first is None:
+        which = f"{vm.vm_id} ({n + 1}/{len(vms)})"
+        if screened is None or not screened.survivors:
             removed = screened.removed if screened is not None else []
-            explanation = _explain(request, f"{vm.vm_id} ({n + 1}/{len(vms)})", chain, len(cands), survivors, removed)
-            if not survivors:
-                on_candidates = set(cands)
-                if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
-                    return WaitForPending()
-                return Unplaceable(explanation)  # all or nothing: nothing of the request is placed
+            explanation = _explain(request, which, chain, len(cands), [], removed)
+            on_candidates = set(cands)
+            if may_wait and any(e.mem_mb > 0 and e.host_id in on_candidates for e in pending):
+                return WaitForPending()
+            return Unplaceable(explanation)  # all or nothing: nothing of the request is placed
+        ordered, scores = await _ranked(vm, screened, seen, weigh_fn)
+        if first is None:
+            explanation = _explain(request, which, chain, len(cands), screened.survivors, screened.removed)
+            first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
             summary = explanation.summary
         else:
             # Only the first VM's explanation is kept: the others' need only their summary line.
-            removed = screened.removed if screened is not None else []
-            summary = _summary(request, f"{vm.vm_id} ({n + 1}/{len(vms)})", len(cands), len(survivors), removed)
-        scores: ScoreTable | None = None
-        ordered = survivors
-        if len(survivors) > 1:
-            ranked = screened.scores if screened is not None else None
-            scores = ranked if ranked is not None else await weigh_fn(vm, survivors, seen)
-            ordered = scores.hosts
-        if first is None:
-            first = explanation.model_copy(update={"scores": scores if request.explain_scores else None})
+            summary = _summary(request, which, len(cands), len(screened.survivors), screened.removed)
         placements.append(
             Placement(
                 vm_id=vm.vm_id,
@@ -171,6 +161,36 @@ async def place(
     if request.batch:
         first = first.model_copy(update={"summary": f"placed {len(placements)} VMs; first: {first.summary}"})
     return Placed(placements, log[len(log) - len(placements) :], first)
+
+
+class _Slices:
+    """A placement's turns on the event loop: it lets the loop's other work go on every SLICE_S,
+    and then reads the clock for its deadline."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.began: float | None = None
+
+    async def expired(self) -> bool:
+        """Whether the deadline has passed (read at the first VM and after each yield)."""
+        began = self.began
+        if began is not None and time.perf_counter() - began < SLICE_S:
+            return False
+        if began is not None:
+            await asyncio.sleep(0)  # let other clusters' requests on this loop go on
+        self.began = time.perf_counter()
+        return self.deadline is not None and time.time() >= self.deadline
+
+
+async def _ranked(
+    vm: VmSpec, screened: Screening, seen: Sequence[PendingEntry], weigh_fn: WeighFn
+) -> tuple[Sequence[str], ScoreTable | None]:
+    """The survivors best first, and their scores when there were two or more to rank."""
+    survivors = screened.survivors
+    if len(survivors) < 2:
+        return survivors, None
+    scores = screened.scores if screened.scores is not None else await weigh_fn(vm, survivors, seen)
+    return scores.hosts, scores
 
 
 def _summary(
@@ -292,14 +312,16 @@ class LocalSteps:
         return rank(self.view(ids, seen), vm, self.weights, self.selector, top=self.top)
 
 
-async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult]:
+async def place_group(hosts: HostTable, group: PlaceRequest, *, deadline: float | None = None) -> list[PlaceResult]:
     """Place the requests of `group` in order on one cluster's hosts, each seeing what the earlier
     ones placed as pending: the same decisions as placing them one at a time with `place`. A placed
     request's result carries its pending records (the group's fencing token, expiring
     `pending_ttl_s` after the group's `now`): what the selector records, as they were counted here.
 
     A request that cannot be evaluated (an unknown unit, an invalid property) gets an `error`
-    result; the rest of the group goes on.
+    result; the rest of the group goes on. One still being placed at its own deadline or at
+    `deadline` (unix seconds: when the caller stops waiting for the group) is `expired`, and so are
+    the ones after it once `deadline` has passed.
     """
     names = [f.unit for f in group.filters]
     placed: list[PendingEntry] = []
@@ -333,6 +355,7 @@ async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult
                 weigh_fn=steps.weigh,
                 pending_for=pending_for,
                 may_wait=item.may_wait,
+                deadline=_earlier(deadline, request.deadline.timestamp() if request.deadline else None),
             )
         except VmschedError as exc:
             error = ErrorInfo(code=exc.code, message=str(exc)[:2000])
@@ -342,6 +365,10 @@ async def place_group(hosts: HostTable, group: PlaceRequest) -> list[PlaceResult
         if isinstance(outcome, Placed):
             placed.extend(outcome.pending)
     return results
+
+
+def _earlier(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 def _result(request_id: UUID, outcome: Outcome) -> PlaceResult:
@@ -355,13 +382,15 @@ def _result(request_id: UUID, outcome: Outcome) -> PlaceResult:
         )
     if isinstance(outcome, Unplaceable):
         return PlaceResult(request_id=request_id, outcome=PlaceOutcome.UNPLACEABLE, explanation=outcome.explanation)
+    if isinstance(outcome, Expired):
+        return PlaceResult(request_id=request_id, outcome=PlaceOutcome.EXPIRED)
     return PlaceResult(request_id=request_id, outcome=PlaceOutcome.WAIT)
 
 
 __all__ = [
+    "Expired",
     "FilterFn",
     "LocalSteps",
-    "Expired",
     "Outcome",
     "PendingFor",
     "Placed",

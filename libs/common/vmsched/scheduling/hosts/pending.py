@@ -74,7 +74,8 @@ def with_more_pending(folded: HostTable, entries: Iterable[PendingEntry]) -> Hos
     unpended = folded if nothing_pending(folded) else folded._unpended
     columns = (folded.pending_mem_mb, folded.pending_vcpus, folded.pending_cpus_pinned, folded.pending_vm_count)
     copies = tuple(c.copy() for c in columns)
-    return _fold(folded, placed, folded.as_of, unpended, copies, list(folded.pending_vm_ids), set(folded.pending_rows()))
+    vm_ids, rows = list(folded.pending_vm_ids), set(folded.pending_rows())
+    return _fold(folded, placed, folded.as_of, unpended, copies, vm_ids, rows)
 
 
 def _fold(
