@@ -51,11 +51,15 @@ async def bench_batches(
             await report_clusters(client, rng, [small], SMALL_HOSTS)
             await report_clusters(client, rng, [big], n_hosts)
 
+            failed: list[str] = []
+
             async def other() -> float:
+                """How long another cluster's one-VM request took to be answered (one not placed
+                is noted in `failed`: under a held worker it ended in rpc_timeout)."""
                 began = time.perf_counter()
                 d = await client.schedule(small, vm_spec(rng, next(counter)), timeout=timeout)
                 if d.host_id is None:
-                    raise RuntimeError(f"the other cluster's VM was not placed: {d.explanation.summary}")
+                    failed.append(d.explanation.summary)
                 return time.perf_counter() - began
 
             for _ in range(5):  # warm caches and connections
@@ -86,6 +90,7 @@ async def bench_batches(
                 "batch_size": batch_size,
                 "other_cluster_alone": baseline,
                 "other_cluster_during_batches": latency_stats(during, time.perf_counter() - began),
+                "other_cluster_not_placed": failed,
                 "batch_results": ended,
                 "logs": str(sup.log_dir),
             }

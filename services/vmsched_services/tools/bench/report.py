@@ -64,7 +64,7 @@ def _batches(b: dict[str, Any]) -> str:
             f"{b['batches']} batches of {b['batch_size']} VMs on {b['hosts']} hosts: {ended}",
             f"another cluster alone: p50 {alone['p50_ms']} ms, p99 {alone['p99_ms']} ms, max {alone['max_ms']} ms",
             f"another cluster during the batches ({during['decisions']} requests): p50 {during['p50_ms']} ms, "
-            f"p99 {during['p99_ms']} ms, max {during['max_ms']} ms",
+            f"p99 {during['p99_ms']} ms, max {during['max_ms']} ms; not placed: {len(b['other_cluster_not_placed'])}",
         ]
     )
 

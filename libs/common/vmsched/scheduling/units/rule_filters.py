@@ -57,7 +57,7 @@ def network_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
             said = made[code] = f"missing {noun} {_names(missing)}"
         return said
 
-    return FilterVerdict.from_mask(hosts, keep, reason)
+    return FilterVerdict.from_mask(hosts, keep, reason, codes)
 
 
 # ------------------------------------------------------------------------------------- PinToHost
