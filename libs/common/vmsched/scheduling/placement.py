@@ -326,8 +326,10 @@ async def place_group(hosts: HostTable, group: PlaceRequest, *, deadline: float 
     names = [f.unit for f in group.filters]
     placed: list[PendingEntry] = []
     results: list[PlaceResult] = []
-    for item in group.items:
+    for k, item in enumerate(group.items):
         request = item.request
+        if k:
+            await asyncio.sleep(0)  # a group of many small requests lets the loop's other work go on too
         ours = {vm.vm_id for vm in request.vms}
         steps = LocalSteps(
             hosts,
