@@ -5,6 +5,7 @@ it lets the event loop's other work go on while it runs."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.factories import host, pend, table, vm
+from vmsched.bus.codec import decode
 from vmsched.contracts import (
     AffinityGroup,
     AffinityRule,
@@ -25,6 +27,8 @@ from vmsched.contracts import (
     ScheduleRequest,
     VmSpec,
 )
+from vmsched.errors import InvalidRequest
+from vmsched.lifecycle.turns import GROUP_MAX_VMS
 from vmsched.scheduling import placement
 from vmsched.scheduling.hosts import PENDING_COLUMNS, HostTable, Prefix
 from vmsched.scheduling.placement import (
@@ -328,3 +332,17 @@ def test_network_reasons_made_once_per_network_set_say_what_each_host_misses() -
         "missing networks 'vmnet', 'storage'",
         "missing network 'storage'",
     ]
+
+
+def test_a_request_of_more_vms_than_a_batch_may_carry_is_refused_up_front_naming_the_bound() -> None:
+    """The bound that keeps one request within a `place` call's time: at most 1,000 batch VMs (a
+    10,000-VM request is never placed for minutes; it is refused as it arrives)."""
+    vms = [vm(vm_id=f"v{i}", mem_mb=1, vcpus=1) for i in range(1002)]
+    fields = {**ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=vms[0]).model_dump(mode="json")}
+    fields["batch"] = [v.model_dump(mode="json") for v in vms[1:]]
+    with pytest.raises(InvalidRequest) as refused:
+        decode(json.dumps(fields).encode(), ScheduleRequest, max_bytes=4 * 1024 * 1024)
+    assert refused.value.code == "invalid_request"
+    assert refused.value.location == "batch"
+    assert "at most 1000 items" in str(refused.value)
+    assert GROUP_MAX_VMS == 1 + 1000  # a group holds the largest request whole
