@@ -17,6 +17,7 @@ from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, ScheduleDecision
 from vmsched.db import migrate
+from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING
 from vmsched.settings import Settings
 from vmsched.store import PendingStore
 from vmsched.store.redis import connect
@@ -65,8 +66,9 @@ async def test_a_big_batch_and_another_clusters_small_requests_are_all_answered(
     if decided.status is DecisionStatus.PLACED:
         assert [p.vm_id for p in decided.placements] == [vm.vm_id for vm in vms]
         assert {(e.vm_id, e.host_id) for e in pending} == {(p.vm_id, p.host_id) for p in decided.placements}
-    else:  # expired: nothing of it half-recorded
+    else:  # expired (a loaded machine): nothing of it half-recorded
         assert decided.placements == []
+        assert decided.explanation.summary == f"not placed: {EXPIRED_WHILE_PLACING}"
         assert pending == []
     held: dict[str, float] = defaultdict(float)
     for e in pending:

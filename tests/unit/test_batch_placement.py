@@ -20,15 +20,21 @@ from vmsched.bus.codec import decode
 from vmsched.contracts import (
     AffinityGroup,
     AffinityRule,
+    DecisionStatus,
     PendingEntry,
     PlaceItem,
     PlaceOutcome,
+    PlaceReply,
     PlaceRequest,
+    PlaceResult,
+    ScheduleDecision,
     ScheduleRequest,
     VmSpec,
 )
 from vmsched.errors import InvalidRequest
-from vmsched.lifecycle.turns import GROUP_MAX_VMS
+from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING
+from vmsched.lifecycle.placing import Placing
+from vmsched.lifecycle.turns import GROUP_MAX_VMS, Turn
 from vmsched.scheduling import placement
 from vmsched.scheduling.hosts import PENDING_COLUMNS, HostTable, Prefix
 from vmsched.scheduling.placement import (
@@ -346,3 +352,22 @@ def test_a_request_of_more_vms_than_a_batch_may_carry_is_refused_up_front_naming
     assert refused.value.location == "batch"
     assert "at most 1000 items" in str(refused.value)
     assert GROUP_MAX_VMS == 1 + 1000  # a group holds the largest request whole
+
+
+async def test_the_selector_answers_a_request_the_worker_stopped_at_its_deadline_expired_recording_nothing() -> None:
+    """A `place` result `expired`: the request hears `expired` (why: a deadline passed while it was
+    being placed); it is no outcome to commit, and nothing of it is counted pending for the next run."""
+    req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c1", vm=vm(vm_id="b0"))
+    turn = Turn(req, POLICY, "fp", 0.0, False, True, {})
+    reply = PlaceReply(
+        request_id=uuid.uuid4(),
+        state_version=3,
+        results=[PlaceResult(request_id=req.request_id, outcome=PlaceOutcome.EXPIRED)],
+    )
+    seen: list[PendingEntry] = []
+    assert Placing._results([turn], reply, 7, 1, seen) == []
+    assert seen == []
+    decided = turn.done.result()
+    assert isinstance(decided, ScheduleDecision)
+    assert decided.status is DecisionStatus.EXPIRED
+    assert decided.explanation.summary == f"not placed: {EXPIRED_WHILE_PLACING}"

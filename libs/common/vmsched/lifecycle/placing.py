@@ -31,7 +31,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import RemoteError, VmschedError
 from vmsched.lifecycle.calls import filter_call, place_call, weigh_call
-from vmsched.lifecycle.decisions import expired, expired_decision
+from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING, expired, expired_decision
 from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.replay import Stored
 from vmsched.lifecycle.timing import StageTimer, lap_all, timed
@@ -106,7 +106,7 @@ class Placing:
         for turn, result in zip(run, reply.results, strict=True):
             if result.outcome is PlaceOutcome.EXPIRED:
                 # Its deadline passed while it was being placed: nothing of it is recorded.
-                settle(turn, expired_decision(turn.req, turn.started, turn.policy.name))
+                settle(turn, expired_decision(turn.req, turn.started, turn.policy.name, EXPIRED_WHILE_PLACING))
                 continue
             outcome = _outcome(turn, result, token, pending_version, reply.state_version)
             if isinstance(outcome, RemoteError):
@@ -188,7 +188,7 @@ class Placing:
             deadline=req.deadline.timestamp() if req.deadline is not None else None,
         )
         if isinstance(outcome, Expired):
-            return expired_decision(req, turn.started, policy.name)
+            return expired_decision(req, turn.started, policy.name, EXPIRED_WHILE_PLACING)
         if isinstance(outcome, WaitForPending):
             return Wait(turn, pending_version)
         if isinstance(outcome, Unplaceable):
