@@ -50,6 +50,7 @@ from vmsched.scheduling.placement import (
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.units.rule_filters import network_filter
 from vmsched_services.filter_worker.service import REPLY_MARGIN_MAX_S, stop_at
+from vmsched_services.tools.bench.batches import batch_cost
 
 POLICY: Policy = BUILTIN_POLICIES["evenly_distributed"]
 
@@ -371,3 +372,11 @@ async def test_the_selector_answers_a_request_the_worker_stopped_at_its_deadline
     assert isinstance(decided, ScheduleDecision)
     assert decided.status is DecisionStatus.EXPIRED
     assert decided.explanation.summary == f"not placed: {EXPIRED_WHILE_PLACING}"
+
+
+async def test_the_bench_places_batches_past_what_a_request_may_carry_and_times_each() -> None:
+    """`vmsched bench --batches`' in-process part: a batch larger than a request may carry, placed
+    whole (it raises when not), its CPU time by size."""
+    cost = await batch_cost(100, [5, 1200], 1)
+    assert set(cost) == {"5", "1200"}
+    assert all(seconds >= 0 for seconds in cost.values())

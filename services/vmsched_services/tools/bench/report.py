@@ -61,6 +61,7 @@ def _batches(b: dict[str, Any]) -> str:
     ended = ", ".join(f"{r['ended']} in {r['seconds']} s" for r in b["batch_results"])
     return "\n".join(
         [
+            f"one batch placed in process, CPU s by VMs: {b['cpu_s']}",
             f"{b['batches']} batches of {b['batch_size']} VMs on {b['hosts']} hosts: {ended}",
             f"another cluster alone: p50 {alone['p50_ms']} ms, p99 {alone['p99_ms']} ms, max {alone['max_ms']} ms",
             f"another cluster during the batches ({during['decisions']} requests): p50 {during['p50_ms']} ms, "
