@@ -295,8 +295,8 @@ class LocalSteps:
             return self.hosts.view(ids, seen, now=self.now)
         known = self._folded
         added = seen.since(known[0]) if known is not None else None
-        if known is not None and added is not None:
-            whole = known[1].with_more_pending(added)
+        if known is not None and added is not None and known[1].cluster is known[1]:
+            whole = known[1].with_more_pending(added)  # a whole cluster's table (a sub-table refolds)
         else:
             whole = self.hosts.with_pending(seen, now=self.now)
         self._folded = (seen, whole)
