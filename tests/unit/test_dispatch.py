@@ -27,6 +27,7 @@ from vmsched.bus.dispatch import (
     HEADER_DEADLINE,
     HEADER_ORIGINAL_SIZE,
     HEADER_TRUNCATED,
+    MESSAGE_DEADLINE,
     Delivery,
     Dispatcher,
     Transport,
@@ -551,3 +552,26 @@ def test_a_header_does_not_vouch_for_a_key_the_event_was_not_retried_under() -> 
     )
     assert outcome == "invalid_request"
     assert t.calls == ["dead_letter:ok", "ack:ok"]
+
+
+def test_a_handler_reads_its_messages_deadline_and_the_next_one_does_not_inherit_it() -> None:
+    """MESSAGE_DEADLINE: the x-deadline-ms header, in unix seconds, while the handler runs (a
+    filter-worker placing a big batch stops there); a message without one reads None."""
+    seen: list[float | None] = []
+
+    async def handler(request: FilterRequest) -> FilterReply:
+        seen.append(MESSAGE_DEADLINE.get())
+        return await validating_handler(request)
+
+    at = int(time.time() * 1000) + 60_000
+    dispatcher = Dispatcher(SETTINGS, "filter-worker")
+    with_deadline = Delivery(queue="q", body=encode(filter_request()), reply_to="r", headers={HEADER_DEADLINE: at})
+    without = Delivery(queue="q", body=encode(filter_request()), reply_to="r")
+
+    async def both() -> list[str]:  # one after the other in one context, as a consumer runs them
+        first = await dispatcher.request(with_deadline, RecordingTransport(), FilterRequest, handler)
+        second = await dispatcher.request(without, RecordingTransport(), FilterRequest, handler)
+        return [first, second]
+
+    assert asyncio.run(both()) == ["ok", "ok"]
+    assert seen == [at / 1000, None]

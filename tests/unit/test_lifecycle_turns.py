@@ -107,3 +107,25 @@ async def test_runs_cut_where_the_policy_changes() -> None:
     turns = [turn("a"), turn("b"), turn("c", policy=other), turn("d")]
     assert [names(r) for r in runs(turns)] == [["a", "b"], ["c"], ["d"]]
     assert runs([]) == []
+
+
+async def test_big_batches_go_in_groups_of_their_own_small_requests_still_share_one() -> None:
+    """A group is placed in one call under one lock hold: two 1,000-VM batches in one ran out of
+    both. A group takes at most GROUP_MAX_VMS VMs (its first request whatever its size), in decision
+    order: after the first request that does not fit, none."""
+
+    def batch(name: str, n: int) -> Turn:
+        t = turn(name)
+        vms = [vm(vm_id=f"{name}-{k}") for k in range(1, n)]
+        return Turn(t.req.model_copy(update={"batch": vms}), t.policy, name, 0.0, False, True, {})
+
+    queue = deque([batch("big1", 1001), batch("big2", 600), turn("small1"), batch("small2", 3)])
+    group, _ = one_group(queue, 32, AGING)
+    assert names(group) == ["small1", "small2", "big2"]  # decision order (smaller first): 604 VMs
+    assert names(queue) == ["big1"]
+    group, _ = one_group(queue, 32, AGING)
+    assert names(group) == ["big1"]  # the most one request carries: alone
+    queue = deque([batch("a", 600), batch("b", 600), batch("c", 600), turn("d", priority=-1)])
+    group, _ = one_group(queue, 32, AGING)
+    assert names(group) == ["a"]  # b does not fit, and the ones after it do not jump ahead of it
+    assert names(queue) == ["b", "c", "d"]

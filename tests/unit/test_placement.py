@@ -47,7 +47,7 @@ class Local(LocalSteps):
         super().__init__(hosts, POLICY.filter_calls(), POLICY.weight_calls(), POLICY.selector)
         self.filtered: list[tuple[str, int]] = []  # (vm, pending records it saw)
 
-    async def filter(self, v: VmSpec, ids: Sequence[str], seen: list[PendingEntry]) -> Screening:
+    async def filter(self, v: VmSpec, ids: Sequence[str], seen: Sequence[PendingEntry]) -> Screening:
         self.filtered.append((v.vm_id, len(seen)))
         return await super().filter(v, ids, seen)
 

@@ -3,16 +3,34 @@
 Thin by design: decode, bring the cluster's cached state up to the request's version, call the pure
 logic (vmsched.scheduling.placement.place_group: filter, weigh and select each request of the group
 in order, returning the pending records of the ones placed, which the selector records as they are;
-or pipeline.run_filters for one VM), encode. Run as many as the load needs: they share the queues.
+or pipeline.run_filters for one VM), encode. A group still being placed when its caller is about to
+stop waiting (the message's x-deadline-ms) stops: the rest is `expired`. Run as many as the load
+needs: they share the queues.
 """
 
 from __future__ import annotations
 
+import time
+
 from vmsched import constants as c
+from vmsched.bus.dispatch import MESSAGE_DEADLINE
 from vmsched.contracts import FilterReply, FilterRequest, PlaceReply, PlaceRequest
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import run_filters
 from vmsched.scheduling.placement import place_group
+
+#: How much of the time a `place` call has left when it arrives is kept for the reply to travel
+#: back (at most REPLY_MARGIN_MAX_S): placing stops that much before the caller's deadline, so the
+#: requests placed by then are answered and committed, the rest `expired`.
+REPLY_MARGIN = 0.1
+REPLY_MARGIN_MAX_S = 0.5
+
+
+def stop_at(deadline: float | None, now: float) -> float | None:
+    """When to stop placing for a call whose caller waits until `deadline` (unix seconds)."""
+    if deadline is None:
+        return None
+    return deadline - min(REPLY_MARGIN_MAX_S, max(0.0, deadline - now) * REPLY_MARGIN)
 
 
 class FilterWorker:
@@ -21,7 +39,7 @@ class FilterWorker:
 
     async def place(self, req: PlaceRequest) -> PlaceReply:
         version, table = await self.rt.state.table(req.cluster_id, min_version=req.state_version)
-        results = await place_group(table, req)
+        results = await place_group(table, req, deadline=stop_at(MESSAGE_DEADLINE.get(), time.time()))
         return PlaceReply(request_id=req.request_id, state_version=version, results=results)
 
     async def handle(self, req: FilterRequest) -> FilterReply:

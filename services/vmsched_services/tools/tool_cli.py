@@ -134,6 +134,20 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="where the results go (default: %(default)s)",
     )
     s.add_argument("--seed", type=int, default=11, help="random seed (default: 11)")
+    s.add_argument(
+        "--batches",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="only: N big batches on one cluster of the largest --hosts size, and another cluster's latency meanwhile",
+    )
+    s.add_argument(
+        "--batch-size",
+        type=positive_int,
+        default=1000,
+        metavar="N",
+        help="VMs per batch with --batches (default: 1000, the most a request carries)",
+    )
 
     s = command(
         sub,

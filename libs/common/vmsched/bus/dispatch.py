@@ -26,6 +26,7 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -49,6 +50,11 @@ HEADER_ORIGINAL_SIZE = "x-vmsched-original-size"
 HEADER_TRUNCATED = "x-vmsched-truncated"
 #: Bound on the reason kept in a dead letter's headers (AMQP headers are not for megabytes).
 REASON_MAX = 2000
+#: The deadline (unix seconds) of the request whose handler is running in this context, from its
+#: x-deadline-ms header (None: it has none). Owned by Dispatcher.request, which sets it around each
+#: handler call: a handler that works long (a filter-worker placing a big batch) stops when the
+#: caller has given up instead of finishing work nobody reads.
+MESSAGE_DEADLINE: ContextVar[float | None] = ContextVar("vmsched_message_deadline", default=None)
 #: Errors worth another attempt (a dependency such as Redis is briefly away) rather than a dead letter.
 TRANSIENT = (ConnectionError, OSError, TimeoutError)
 
@@ -198,7 +204,9 @@ class Dispatcher:
             except InvalidRequest as exc:
                 return _Verdict("invalid_request", reply=self._error_body(exc), dead_letter=safe_text(exc, REASON_MAX))
             request_id = getattr(request, "request_id", None) or delivery.correlation_id
+            given = deadline / 1000 if isinstance(deadline, int) and not isinstance(deadline, bool) else None
             with structlog.contextvars.bound_contextvars(queue=delivery.queue, request_id=str(request_id)):
+                held = MESSAGE_DEADLINE.set(given)
                 try:
                     reply = await handler(request)
                     if not isinstance(reply, Message):
@@ -211,6 +219,8 @@ class Dispatcher:
                     return _Verdict("transient", transient=_describe(exc))
                 except Exception as exc:
                     return self._internal(delivery, exc, "handler failed")
+                finally:
+                    MESSAGE_DEADLINE.reset(held)
         except Exception as exc:
             # Only a hostile exception (one whose text cannot be read) gets here.
             return self._internal(delivery, exc, "request could not be handled")

@@ -155,7 +155,8 @@ class PlaceRequest(Message):
 
 class PlaceOutcome(StrEnum):
     """`placed`: every VM has a host; `unplaceable`: no host for some VM, nothing placed; `wait`: no
-    host now but memory is pending on a candidate; `error`: the request could not be evaluated."""
+    host now but memory is pending on a candidate; `expired`: its deadline (or the call's) passed
+    before it was placed, nothing placed; `error`: the request could not be evaluated."""
 
     #: Every VM of the request has a host (`placements`, in request order).
     PLACED = "placed"
@@ -163,6 +164,8 @@ class PlaceOutcome(StrEnum):
     UNPLACEABLE = "unplaceable"
     #: No host now, but memory is pending on a candidate: wait for pending to change, then retry.
     WAIT = "wait"
+    #: Its deadline, or the `place` call's, passed before every VM had a host; nothing of it is placed.
+    EXPIRED = "expired"
     #: The request could not be evaluated (`error`); the rest of the group went on.
     ERROR = "error"
 
@@ -178,7 +181,7 @@ class PlaceResult(Message):
     explanation: Explanation | None = Field(
         None,
         description="The first VM's explanation (a batch's summary says how many were placed); for `unplaceable`, "
-        "the VM that did not fit. Null for `wait` and `error`.",
+        "the VM that did not fit. Null for `wait`, `expired` and `error`.",
     )
     pending: list[PendingEntry] = Field(
         default_factory=list,

@@ -86,12 +86,18 @@ def unplaceable(
     )
 
 
-def expired_decision(req: ScheduleRequest, started: float, policy: str) -> ScheduleDecision:
+#: Why a request expired while it was being placed (the batch's worker stopped at a deadline).
+EXPIRED_WHILE_PLACING = "its deadline, or its place call's, passed while it was being placed"
+
+
+def expired_decision(
+    req: ScheduleRequest, started: float, policy: str, why: str = "the request's deadline passed"
+) -> ScheduleDecision:
     return decision(
         req,
         started,
         DecisionStatus.EXPIRED,
-        Explanation(summary="not placed: the request's deadline passed", candidates=0),
+        Explanation(summary=f"not placed: {why}", candidates=0),
         policy=policy,
     )
 
@@ -111,4 +117,12 @@ def error_decision(
     )
 
 
-__all__ = ["decision", "error_decision", "expired", "expired_decision", "placed", "unplaceable"]
+__all__ = [
+    "EXPIRED_WHILE_PLACING",
+    "decision",
+    "error_decision",
+    "expired",
+    "expired_decision",
+    "placed",
+    "unplaceable",
+]

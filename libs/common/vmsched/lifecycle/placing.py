@@ -7,9 +7,10 @@
 * Here: vmsched.scheduling.placement.place for each request in turn, with filter and weigh steps
   that call the filter-workers and weighers per VM.
 
-Either way a request already decided meanwhile gets that decision, one whose deadline passed is not
-placed, and one whose own evaluation failed hears why while the rest of the group goes on. Placed
-and unplaceable requests come back as a Verdict, waiting ones as a Wait: lifecycle.commit writes them.
+Either way a request already decided meanwhile gets that decision, one whose deadline passed before
+or while it was being placed is not placed (`expired`, nothing of it recorded), and one whose own
+evaluation failed hears why while the rest of the group goes on. Placed and unplaceable requests
+come back as a Verdict, waiting ones as a Wait: lifecycle.commit writes them.
 """
 
 from __future__ import annotations
@@ -18,17 +19,26 @@ import time
 from collections.abc import Sequence
 
 from vmsched.bus import Bus
-from vmsched.contracts import ErrorInfo, PendingEntry, PlaceOutcome, PlaceResult, ScheduleDecision, ScoreTable, VmSpec
+from vmsched.contracts import (
+    ErrorInfo,
+    PendingEntry,
+    PlaceOutcome,
+    PlaceReply,
+    PlaceResult,
+    ScheduleDecision,
+    ScoreTable,
+    VmSpec,
+)
 from vmsched.errors import RemoteError, VmschedError
 from vmsched.lifecycle.calls import filter_call, place_call, weigh_call
-from vmsched.lifecycle.decisions import expired, expired_decision
+from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING, expired, expired_decision
 from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.replay import Stored
 from vmsched.lifecycle.timing import StageTimer, lap_all, timed
 from vmsched.lifecycle.turns import Outcome, Turn, Verdict, Wait, fail, runs, settle
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
-from vmsched.scheduling.placement import Placed, Screening, Unplaceable, WaitForPending, pending_entry, place
+from vmsched.scheduling.placement import Expired, Placed, Screening, Unplaceable, WaitForPending, pending_entry, place
 from vmsched.settings import Settings
 from vmsched.store.decisions import StoredDecision
 
@@ -84,14 +94,27 @@ class Placing:
                     fail(turn, exc)
                 continue
             lap_all(self.timer, [turn.stages for turn in run], "place", since)
-            for turn, result in zip(run, reply.results, strict=True):
-                outcome = _outcome(turn, result, token, pending_version, reply.state_version)
-                if isinstance(outcome, RemoteError):
-                    fail(turn, outcome)
-                    continue
-                outcomes.append(outcome)
-                if isinstance(outcome, Verdict):
-                    seen.extend(outcome.pending)
+            outcomes.extend(self._results(run, reply, token, pending_version, seen))
+        return outcomes
+
+    @staticmethod
+    def _results(
+        run: list[Turn], reply: PlaceReply, token: int, pending_version: int, seen: list[PendingEntry]
+    ) -> list[Outcome]:
+        """What the worker's results come to; `seen` gets what was placed (the next run sees it)."""
+        outcomes: list[Outcome] = []
+        for turn, result in zip(run, reply.results, strict=True):
+            if result.outcome is PlaceOutcome.EXPIRED:
+                # Its deadline passed while it was being placed: nothing of it is recorded.
+                settle(turn, expired_decision(turn.req, turn.started, turn.policy.name, EXPIRED_WHILE_PLACING))
+                continue
+            outcome = _outcome(turn, result, token, pending_version, reply.state_version)
+            if isinstance(outcome, RemoteError):
+                fail(turn, outcome)
+                continue
+            outcomes.append(outcome)
+            if isinstance(outcome, Verdict):
+                seen.extend(outcome.pending)
         return outcomes
 
     async def here(
@@ -140,14 +163,14 @@ class Placing:
         cands = candidate_hosts(table, req.whitelist, req.blacklist)
         ours = {vm.vm_id for vm in req.vms}
 
-        async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> Screening:
+        async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> Screening:
             with timed(self.timer, stages, "filter"):
-                reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), seen)
+                reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), list(seen))
             return Screening(reply.survivors, reply.removed)
 
-        async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: list[PendingEntry]) -> ScoreTable:
+        async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> ScoreTable:
             with timed(self.timer, stages, "weigh"):
-                return await weigh_call(self.bus, req, vm, policy, version, list(hosts), seen)
+                return await weigh_call(self.bus, req, vm, policy, version, list(hosts), list(seen))
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             expires = time.time() + self.settings.pending_ttl_s
@@ -162,7 +185,10 @@ class Placing:
             weigh_fn=weigh_fn,
             pending_for=pending_for,
             may_wait=turn.may_wait and self.may_wait,
+            deadline=req.deadline.timestamp() if req.deadline is not None else None,
         )
+        if isinstance(outcome, Expired):
+            return expired_decision(req, turn.started, policy.name, EXPIRED_WHILE_PLACING)
         if isinstance(outcome, WaitForPending):
             return Wait(turn, pending_version)
         if isinstance(outcome, Unplaceable):

@@ -103,11 +103,22 @@ def fail(turn: Turn, exc: BaseException) -> None:
         turn.done.set_exception(exc)
 
 
-def one_group(queue: deque[Turn], size: int, aging_s: float) -> tuple[list[Turn], list[Turn]]:
+#: The most VMs of one group (but a group always takes its first request, whatever its size): the
+#: most one request carries (a batch of 1,000 with its first VM). A group is placed in one `place`
+#: call under one lock hold, both bounded in time; three 1,000-VM batches in one group ran out of
+#: both, where each in its own group is placed in time (and the next cluster's lock holder waits
+#: for one batch, not three).
+GROUP_MAX_VMS = 1001
+
+
+def one_group(
+    queue: deque[Turn], size: int, aging_s: float, max_vms: int = GROUP_MAX_VMS
+) -> tuple[list[Turn], list[Turn]]:
     """The next group: up to `size` waiting attempts in decision order (lifecycle.queueing:
-    priority with aging, deadline, size, arrival), each request id once. Later copies of a request
-    id already in the group come back separately (answered once the first is decided); the rest
-    stay queued in arrival order. Attempts whose caller gave up are dropped."""
+    priority with aging, deadline, size, arrival), each request id once, up to `max_vms` VMs in all
+    (the first taken whatever its size; after the first that does not fit, none). Later copies of a
+    request id already in the group come back separately (answered once the first is decided); the
+    rest stay queued in arrival order. Attempts whose caller gave up are dropped."""
     live = [t for t in queue if not t.done.done()]
     queue.clear()
     order = decision_order([t.waiting for t in live], time.monotonic(), aging_s)
@@ -115,14 +126,19 @@ def one_group(queue: deque[Turn], size: int, aging_s: float) -> tuple[list[Turn]
     again: list[Turn] = []
     ids: set[UUID] = set()
     taken: set[int] = set()
+    vms = 0
+    full = False
     for i in order:
         turn = live[i]
+        count = 1 + len(turn.req.batch)
         if turn.req.request_id in ids:
             again.append(turn)
-        elif len(group) < size:
+        elif not full and len(group) < size and (not group or vms + count <= max_vms):
             ids.add(turn.req.request_id)
             group.append(turn)
+            vms += count
         else:
+            full = True  # the rest wait for the next group, in decision order
             continue
         taken.add(i)
     queue.extend(t for i, t in enumerate(live) if i not in taken)
@@ -141,4 +157,4 @@ def runs(turns: list[Turn]) -> list[list[Turn]]:
     return out
 
 
-__all__ = ["Outcome", "Turn", "TurnResult", "Verdict", "Wait", "fail", "one_group", "runs", "settle"]
+__all__ = ["GROUP_MAX_VMS", "Outcome", "Turn", "TurnResult", "Verdict", "Wait", "fail", "one_group", "runs", "settle"]

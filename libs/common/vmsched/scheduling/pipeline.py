@@ -23,7 +23,7 @@ from vmsched.errors import SchedulingError
 from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, LazySequence
 from vmsched.scheduling.selection import SELECTORS, WeighedUnit
 from vmsched.scheduling.units import REGISTRY, get_unit, validate_properties
-from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit
+from vmsched.scheduling.units.base import FilterVerdict, LazyReasons, PolicyUnit
 
 _FILTERED: TypeAdapter[list[FilteredHost]] = TypeAdapter(list[FilteredHost])
 
@@ -95,12 +95,24 @@ class Removals(LazySequence[Removal]):
                 continue
             counts[unit] = counts.get(unit, 0) + len(gone)
             first = single[unit] if unit in single else _fit(reasons[0])
-            for reason in reasons:  # made one by one, up to the first that differs
-                if first is None or _fit(reason) != first:
+            # One reason per key when the filter knows which hosts share one; else made one by
+            # one, up to the first that differs.
+            few = _distinct(reasons)
+            for k in range(len(reasons) if few is None else len(few)):
+                if first is None or _fit(reasons[k] if few is None else few[k]) != first:
                     first = None
                     break
             single[unit] = first
         return [(unit, n, single[unit]) for unit, n in counts.items()]
+
+
+def _distinct(reasons: Sequence[str]) -> list[str] | None:
+    """The distinct reasons of a filter's reasons, one per key, when its verdict knows keys."""
+    if isinstance(reasons, LazyReasons):
+        return reasons.distinct()
+    if isinstance(reasons, _Picked) and isinstance(reasons._base, LazyReasons):
+        return reasons._base.distinct(reasons._picks)
+    return None
 
 
 def filtered_hosts(removed: Sequence[Removal | FilteredHost]) -> list[FilteredHost]:

@@ -9,6 +9,8 @@ from vmsched_services.tools.bench.data import policies
 
 def render(result: dict[str, Any]) -> str:
     """The figures as a human reads them: the floors first, then decisions per size and policy."""
+    if "batches" in result:
+        return _batches(result["batches"])
     hop, lock = result["hop"], result["lock"]
     lines = [
         f"vmsched bench ({result['when']}, {result['machine']['cpus']} CPUs, policy {result['policy']})",
@@ -52,6 +54,20 @@ def _decision_rows(n: str, name: str, p: dict[str, Any]) -> list[str]:
     rss = ", ".join(f"{k} {v:.0f}" for k, v in p["bus"]["rss_mb"].items() if v is not None)
     lines.append(f"{'':>6}  bus / in process (sequential p50): {p['bus_over_in_process']}x;  RSS MB: {rss}")
     return lines
+
+
+def _batches(b: dict[str, Any]) -> str:
+    alone, during = b["other_cluster_alone"], b["other_cluster_during_batches"]
+    ended = ", ".join(f"{r['ended']} in {r['seconds']} s" for r in b["batch_results"])
+    return "\n".join(
+        [
+            f"one batch placed in process, CPU s by VMs: {b['cpu_s']}",
+            f"{b['batches']} batches of {b['batch_size']} VMs on {b['hosts']} hosts: {ended}",
+            f"another cluster alone: p50 {alone['p50_ms']} ms, p99 {alone['p99_ms']} ms, max {alone['max_ms']} ms",
+            f"another cluster during the batches ({during['decisions']} requests): p50 {during['p50_ms']} ms, "
+            f"p99 {during['p99_ms']} ms, max {during['max_ms']} ms; not placed: {len(b['other_cluster_not_placed'])}",
+        ]
+    )
 
 
 __all__ = ["render"]

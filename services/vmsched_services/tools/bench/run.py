@@ -17,6 +17,7 @@ from vmsched.logging import configure
 from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.settings import Settings
 from vmsched_services.tools.bench.balance import BALANCE_HOSTS_MAX, bench_balance
+from vmsched_services.tools.bench.batches import batch_cost, bench_batches
 from vmsched_services.tools.bench.bus import bench_bus
 from vmsched_services.tools.bench.codec import bench_codec
 from vmsched_services.tools.bench.data import policies
@@ -37,6 +38,14 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         }
     )
     sizes = [int(x) for x in str(args.hosts).split(",") if x.strip()]
+    if getattr(args, "batches", 0):
+        # Only the big batches beside another cluster's small requests (bench.batches).
+        n = max(sizes, default=1000)
+        print(f"bench: one batch of 1,000 / 3,000 / 10,000 VMs on {n} hosts, in process ...", file=sys.stderr)
+        cost = await batch_cost(n, [1000, 3000, 10_000], args.seed)
+        batches = await bench_batches(settings, n, args.batches, args.batch_size, args.seed)
+        await cleanup(settings)
+        return {"when": datetime.now(UTC).isoformat(timespec="seconds"), "batches": {**batches, "cpu_s": cost}}
     result: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"python": platform.python_version(), "cpus": _cpus(), "platform": platform.platform()},

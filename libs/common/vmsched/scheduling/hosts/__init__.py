@@ -25,7 +25,7 @@ from vmsched.scheduling.hosts.columns import (
     CpuSamples,
 )
 from vmsched.scheduling.hosts.derived import Factors
-from vmsched.scheduling.hosts.sequences import LazySequence, Patched, SortedIds, TakenIds, ids_ascend
+from vmsched.scheduling.hosts.sequences import LazySequence, Patched, Prefix, SortedIds, TakenIds, ids_ascend
 from vmsched.scheduling.hosts.table import HostTable
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "IndexArray",
     "LazySequence",
     "Patched",
+    "Prefix",
     "SortedIds",
     "TakenIds",
     "constant",

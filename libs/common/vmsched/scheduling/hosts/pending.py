@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vmsched.contracts import PendingEntry
+from vmsched.scheduling.hosts.arrays import FloatArray
 from vmsched.scheduling.hosts.columns import BOOLEAN_COLUMNS, NOTHING, NUMERIC_COLUMNS, OBJECT_COLUMNS, PENDING_COLUMNS
 from vmsched.scheduling.hosts.derived import TableCache
 
@@ -53,17 +54,50 @@ def with_pending(table: HostTable, entries: Iterable[PendingEntry], now: float |
     elif nothing_pending(table):
         unpended = table
     n = len(table)
-    mem, vcpus, pinned, count = (np.zeros(n, dtype=np.float64) for _ in range(4))
+    zeros = tuple(np.zeros(n, dtype=np.float64) for _ in range(4))
     # Most hosts have nothing pending: they share one empty set.
-    vm_ids: list[frozenset[str]] = [NOTHING] * n
+    return _fold(table, placed, as_of, unpended, zeros, [NOTHING] * n, set())
+
+
+def with_more_pending(folded: HostTable, entries: Iterable[PendingEntry]) -> HostTable:
+    """`folded`, a whole-cluster table that `with_pending` made, with `entries` pending as well:
+    the table `with_pending` makes of every entry folded so far and then these, without folding
+    the earlier ones again (a batch's VMs see the ones placed before them: folding them all for
+    each VM made a batch cost the square of its size). The sums are made in the same order, so
+    the columns are the same numbers."""
+    if folded._cluster is not None:
+        raise ValueError("pending is folded into a whole cluster's table, not a sub-table")
+    index = folded.index
+    placed = [(i, e) for e in entries if (i := index.get(e.host_id)) is not None]
+    if not placed:
+        return folded
+    unpended = folded if nothing_pending(folded) else folded._unpended
+    columns = (folded.pending_mem_mb, folded.pending_vcpus, folded.pending_cpus_pinned, folded.pending_vm_count)
+    copies = tuple(c.copy() for c in columns)
+    vm_ids, rows = list(folded.pending_vm_ids), set(folded.pending_rows())
+    return _fold(folded, placed, folded.as_of, unpended, copies, vm_ids, rows)
+
+
+def _fold(
+    table: HostTable,
+    placed: list[tuple[int, PendingEntry]],
+    as_of: float,
+    unpended: HostTable | None,
+    sums: tuple[FloatArray, ...],
+    vm_ids: list[frozenset[str]],
+    rows: set[int],
+) -> HostTable:
+    """`table` with the pending columns `sums` (memory, vCPUs, pinned CPUs, VM count) and `vm_ids`
+    (rows `rows` holding a VM), given fresh here, plus `placed` (row, entry) added in order."""
+    mem, vcpus, pinned, count = sums
     for i, e in placed:
         mem[i] += e.mem_mb
         vcpus[i] += e.vcpus
         pinned[i] += e.cpus_pinned
         count[i] += 1
         vm_ids[i] = vm_ids[i] | {e.vm_id}
+        rows.add(i)
     pending_ids = tuple(vm_ids)
-    rows = tuple(sorted({i for i, _ in placed}))
     cache = table._cache
     return table._evolve(
         pending_mem_mb=mem,
@@ -76,7 +110,7 @@ def with_pending(table: HostTable, entries: Iterable[PendingEntry], now: float |
         _rows=None,
         _unpended=unpended,
         # The columns a sub-table took from its parent so far stay valid: the parent is the same.
-        _cache=TableCache(cache.derived, cache.index, (pending_ids, rows), cache.taken),
+        _cache=TableCache(cache.derived, cache.index, (pending_ids, tuple(sorted(rows))), cache.taken),
     )
 
 
@@ -100,4 +134,4 @@ def nothing_pending(table: HostTable) -> bool:
     return True
 
 
-__all__ = ["STATE_FIELDS", "nothing_pending", "same_state", "with_pending"]
+__all__ = ["STATE_FIELDS", "nothing_pending", "same_state", "with_more_pending", "with_pending"]

@@ -11,7 +11,7 @@ VMs host by host (units.base.LazyReasons, VmsByHost) and the removed hosts (pipe
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import pairwise
+from itertools import islice, pairwise
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -215,11 +215,48 @@ def host_ids(ids: Iterable[str]) -> tuple[str, ...]:
     return SortedIds(out) if all(a < b for a, b in pairwise(out)) else out
 
 
+class Prefix(Sequence[T]):
+    """The first `n` items of `log`, a list its owner only ever appends to: what each VM of a
+    batch sees pending (the cluster's records, then the VMs placed before it), without a copy of
+    them all for each VM. A reader that kept what it made of an earlier prefix of the same log
+    reads only the items added since (`since`)."""
+
+    __slots__ = ("log", "n")
+
+    def __init__(self, log: list[T], n: int | None = None) -> None:
+        self.log = log
+        self.n = len(log) if n is None else n
+
+    def __len__(self) -> int:
+        return self.n
+
+    @overload
+    def __getitem__(self, i: int) -> T: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[T]: ...
+    def __getitem__(self, i: int | slice) -> T | Sequence[T]:
+        if isinstance(i, slice):
+            return self.log[: self.n][i]
+        if not -self.n <= i < self.n:
+            raise IndexError("Prefix index out of range")
+        return self.log[i % self.n]
+
+    def __iter__(self) -> Iterator[T]:
+        return islice(self.log, self.n)
+
+    def since(self, earlier: Prefix[T]) -> Sequence[T] | None:
+        """The items after `earlier`, a prefix of the same log no longer than this one (None: it is not)."""
+        if earlier.log is not self.log or earlier.n > self.n:
+            return None
+        return self.log[earlier.n : self.n]
+
+
 __all__ = [
     "MAX_PATCHED",
     "LazySequence",
     "Patched",
     "Positions",
+    "Prefix",
     "Rows",
     "SortedIds",
     "TakenIds",

@@ -156,6 +156,11 @@ class HostTable:
         evaluated at `now` when given."""
         return _pending.with_pending(self, entries, now)
 
+    def with_more_pending(self, entries: Iterable[PendingEntry]) -> HostTable:
+        """This whole-cluster table (made by `with_pending`) with `entries` pending as well, without
+        folding the earlier entries again (pending.with_more_pending)."""
+        return _pending.with_more_pending(self, entries)
+
     def pending_rows(self) -> tuple[int, ...]:
         """Positions of the hosts with a VM pending, ascending."""
         return self._cache.rows_pending(self.pending_vm_ids)
@@ -272,6 +277,10 @@ class HostTable:
         cluster first, so `locate` also finds a VM pending on a host outside the view (affinity
         groups need where every member is)."""
         return _views.view(self, host_ids, pending, now)
+
+    def part(self, host_ids: Sequence[str]) -> HostTable:
+        """These hosts of this whole-cluster table, with its pending as it is (`view` without folding)."""
+        return _views.part(self, host_ids)
 
     @property
     def cluster(self) -> HostTable:

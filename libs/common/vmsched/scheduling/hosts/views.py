@@ -88,8 +88,12 @@ def subset(table: HostTable, host_ids: Iterable[str]) -> HostTable:
 
 def view(table: HostTable, host_ids: Sequence[str], pending: Iterable[PendingEntry], now: float | None) -> HostTable:
     """HostTable.view: these hosts, with `pending` folded into the whole cluster first."""
-    whole = table.with_pending(pending, now=now)
-    if host_ids is table.ids or (len(host_ids) == len(table) and tuple(host_ids) == table.ids):
+    return part(table.with_pending(pending, now=now), host_ids)
+
+
+def part(whole: HostTable, host_ids: Sequence[str]) -> HostTable:
+    """HostTable.part: these hosts of a whole-cluster table, as it is (its pending, its instant)."""
+    if host_ids is whole.ids or (len(host_ids) == len(whole) and tuple(host_ids) == whole.ids):
         return whole
     return subset(whole, host_ids)
 
@@ -125,4 +129,4 @@ def mask_of(table: HostTable, host_ids: Iterable[str]) -> BoolArray:
     return mask
 
 
-__all__ = ["index_of", "mask_of", "position", "subset", "take", "taken_column", "view"]
+__all__ = ["index_of", "mask_of", "part", "position", "subset", "take", "taken_column", "view"]

@@ -87,13 +87,26 @@ class LazyReasons(LazySequence[str]):
     for each of thousands of removed hosts cost more than filtering them. Each reason is made once,
     whether read alone or with the rest."""
 
-    __slots__ = ("_made", "_positions", "_reason")
+    __slots__ = ("_made", "_positions", "_reason", "keys")
     __hash__ = None  # type: ignore[assignment]  # equal to lists, as lists are: not hashable
 
-    def __init__(self, reason: Callable[[int], str], positions: IndexArray) -> None:
+    def __init__(self, reason: Callable[[int], str], positions: IndexArray, keys: IndexArray | None = None) -> None:
         self._reason, self._positions = reason, positions
+        #: Per host of the table (None: not known): hosts of the same key have the same reason.
+        self.keys = keys
         self._made: dict[int, str] = {}
         self._items = None
+
+    def distinct(self, picks: Sequence[int] | None = None) -> list[str] | None:
+        """The reasons of the items at `picks` (None: every item) when they come from few keys: one
+        made per key, so whether they are all one reason costs no walk over thousands of hosts
+        (None: no keys known; then read them)."""
+        if self.keys is None:
+            return None
+        at = self._positions if picks is None else self._positions[np.asarray(picks, dtype=np.intp)]
+        _, first = np.unique(self.keys[at], return_index=True)
+        chosen = first if picks is None else np.asarray(picks, dtype=np.intp)[first]
+        return [self._item(int(i)) for i in np.sort(chosen)]
 
     def _item(self, i: int) -> str:
         if i < 0:
@@ -128,10 +141,13 @@ class FilterVerdict:
         return cls(_ALL[0][:n], (), _NONE_REMOVED)
 
     @classmethod
-    def from_mask(cls, hosts: HostTable, keep: BoolArray, reason: Callable[[int], str]) -> FilterVerdict:
-        """Build a verdict whose reasons call `reason(i)` for removed positions i, when read."""
+    def from_mask(
+        cls, hosts: HostTable, keep: BoolArray, reason: Callable[[int], str], keys: IndexArray | None = None
+    ) -> FilterVerdict:
+        """Build a verdict whose reasons call `reason(i)` for removed positions i, when read;
+        `keys` (per host, optional): hosts of one key have one reason."""
         removed = np.flatnonzero(~keep)
-        return cls(keep, LazyReasons(reason, removed), removed)
+        return cls(keep, LazyReasons(reason, removed, keys), removed)
 
     def made(self) -> FilterVerdict:
         """This verdict with every reason made now (a plugin's, within its call's time limit)."""

@@ -43,12 +43,21 @@ def network_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     present = np.stack([hosts.has_network(net) for net in required])  # (networks, hosts)
     keep: BoolArray = np.all(present, axis=0)
 
-    def reason(i: int) -> str:
-        missing = [net for j, net in enumerate(required) if not present[j, i]]
-        noun = "network" if len(missing) == 1 else "networks"
-        return f"missing {noun} {_names(missing)}"
+    # A host's reason follows from its set of networks: made once per distinct set (a batch's
+    # every VM removes the same few hundred hosts, and the summary reads their reasons).
+    codes = hosts.factors("networks").codes
+    made: dict[int, str] = {}
 
-    return FilterVerdict.from_mask(hosts, keep, reason)
+    def reason(i: int) -> str:
+        code = int(codes[i])
+        said = made.get(code)
+        if said is None:
+            missing = [net for j, net in enumerate(required) if not present[j, i]]
+            noun = "network" if len(missing) == 1 else "networks"
+            said = made[code] = f"missing {noun} {_names(missing)}"
+        return said
+
+    return FilterVerdict.from_mask(hosts, keep, reason, codes)
 
 
 # ------------------------------------------------------------------------------------- PinToHost
