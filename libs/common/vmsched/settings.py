@@ -91,6 +91,9 @@ class Settings(BaseSettings):
     metrics_refresh_s: float = Field(15.0, gt=0)
     #: Bound on each /readyz check (bus, Redis, PostgreSQL) and on the event loop's answer to /healthz.
     health_timeout_s: float = Field(1.0, gt=0, le=30)
+    #: How often a service process checks that Redis answers, to stop consuming while it does not
+    #: (and consume again once it does).
+    readiness_interval_s: float = Field(1.0, gt=0, le=60)
     log_level: str = "INFO"
     #: "json" for structlog JSON lines, "console" for a human.
     log_format: str = "json"
