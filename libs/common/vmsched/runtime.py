@@ -24,6 +24,7 @@ from vmsched.db import connect as connect_pg
 from vmsched.db.pool import unavailable as postgres_unavailable
 from vmsched.health import Check, run_checks
 from vmsched.logging import get_logger
+from vmsched.policy_cache import PolicyStoreWatch
 from vmsched.settings import Settings
 from vmsched.store import StateCache
 from vmsched.store.redis import connect as connect_redis
@@ -73,9 +74,14 @@ class Runtime:
     #: Set by what reads PostgreSQL (vmsched.policy_cache), which opens the pool only on first use:
     #: readiness checks PostgreSQL from the start in a process that will need it, and only there.
     uses_postgres: bool = False
+    #: Whether PostgreSQL answered the policy caches of this process (vmsched.policy_cache).
+    policy_watch: PolicyStoreWatch = field(init=False)
     _pg: asyncpg.Pool | None = None
     _pg_opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.policy_watch = PolicyStoreWatch(self.settings.readiness_interval_s)
 
     @classmethod
     async def open(cls, settings: Settings, service: str = "vmsched", bus: Bus | None = None) -> Runtime:

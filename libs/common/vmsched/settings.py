@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     #: A cached cluster policy is re-read from PostgreSQL after this long even without a
     #: policy.changed event (one missed while the bus was down).
     policy_cache_ttl_s: float = Field(30.0, gt=0)
+    #: Bound on one policy read from PostgreSQL; while PostgreSQL is away a policy cache tries it
+    #: again at most every VMSCHED_READINESS_INTERVAL_S and decides with the policies it read last.
+    policy_read_timeout_s: float = Field(2.0, gt=0, le=60)
     #: How long a decision is remembered for idempotent replays of the same request id.
     decision_ttl_s: float = Field(24 * 3600.0, gt=0)
     #: Decisions `vmsched decisions` can list per cluster (the newest; each is kept for decision_ttl_s).
