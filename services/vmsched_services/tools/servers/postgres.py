@@ -8,6 +8,7 @@ temporary directory (a test's tmp_path is often closed to other users); `remove(
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import pwd
@@ -15,9 +16,12 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import asyncpg
 
 from vmsched_services.tools.servers.base import PrivateServer
 
@@ -82,6 +86,22 @@ class PrivatePostgres(PrivateServer):
                 start_new_session=True,
                 **self._as_owner(),
             )
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        """Started, and past recovery: the port accepts before the server takes sessions ("the
+        database system is starting up"), so a session is opened to know."""
+        deadline = time.monotonic() + timeout_s
+        await super().start(timeout_s)
+        while True:
+            try:
+                conn = await asyncpg.connect(f"postgresql://{PG_USER}@127.0.0.1:{self.port}/postgres", timeout=2)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"postgres on port {self.port} takes no sessions: {exc}; {self.tail()}") from exc
+                await asyncio.sleep(0.05)
+            else:
+                await conn.close()
+                return
 
     async def stop(self, timeout_s: float = 15.0) -> None:
         """SIGTERM is PostgreSQL's "smart" shutdown, which waits for every client to leave: SIGINT
