@@ -15,6 +15,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import aio_pika
 import pytest
@@ -33,7 +34,7 @@ from vmsched.settings import Settings
 from vmsched_services.tools.servers.postgres import PrivatePostgres
 from vmsched_services.tools.servers.redis import PrivateRedis
 
-HOSTS = {"cpu_cores": 8, "physical_mem_mb": 16384, "mem_free_mb": 16384, "reserved_mem_mb": 0}
+HOSTS: dict[str, Any] = {"cpu_cores": 8, "physical_mem_mb": 16384, "mem_free_mb": 16384, "reserved_mem_mb": 0}
 #: Bound on waiting for a service to notice a server went or came back (its checks run every 0.2 s).
 NOTICE_S = 10.0
 
