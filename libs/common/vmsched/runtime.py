@@ -130,7 +130,7 @@ class Runtime:
             await self.bus.pause_consuming()
             log.warning("stopped consuming: a server this process needs is away", away=failing)
         elif not failing and self.bus.paused and await self.bus.resume_consuming():
-            log.info("consuming again: every server this process needs answers")
+            log.info("consuming: every server this process needs answers")
         return not self.bus.paused
 
     async def consume_while_ready(self) -> None:
