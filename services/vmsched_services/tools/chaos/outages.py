@@ -224,10 +224,13 @@ async def redis_away(
             await server.start()
             settings = experiment_settings(base, "redis-away", redis_url=server.url, readiness_interval_s=0.5)
             tag = run_tag("ra")
-            services = ("state-tracker", "filter-worker", "weigher", "selector", "selector")
+            # Started in two steps: five Python processes importing at once on a busy machine can take
+            # longer than the stack's start timeout.
+            services = ("state-tracker", "filter-worker", "weigher")
             async with staged(
                 settings, log_dir, services, tag=tag, clusters=clusters, hosts=4, mem_mb=HOST_MEM_MB
             ) as st:
+                await st.stack.start("selector", "selector")
                 outcomes = st.requests(random.Random(seed), requests)
                 outage = asyncio.create_task(_redis_outage(res, server, st, outcomes, at, away_s))
                 await drive(st.client, outcomes, concurrency, call_timeout=5.0, give_up_after=90.0, spread_s=spread_s)
@@ -246,7 +249,7 @@ async def _redis_outage(
     res: Result, server: PrivateRedis, st: Stage, outcomes: list[Outcome], at: float, away_s: float
 ) -> None:
     """Stop Redis once the stream is `at` through; count the selectors' consumers while it is away;
-    start it again and time until a fresh request is placed."""
+    start it again, report the clusters again, and time until a fresh request is placed."""
     while sum(o.decision is not None for o in outcomes) < at * len(outcomes):  # noqa: ASYNC110
         await asyncio.sleep(0.05)
     await server.stop()
@@ -256,6 +259,8 @@ async def _redis_outage(
     await asyncio.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
     await server.start()
     started = time.monotonic()
+    # As an engine does when told Redis lost a cluster's state (a restart may count as that).
+    await make_clusters(st.client, st.tag, st.clusters, 4, HOST_MEM_MB)
     res.figures["recovery_s"] = 999.0
     while time.monotonic() - started < 60:
         o = Outcome(f"{st.tag}-c0", VmSpec(vm_id=f"{uuid.uuid4().hex[:8]}-probe", mem_mb=64, vcpus=1), uuid.uuid4())
