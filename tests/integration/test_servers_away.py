@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from tests.integration.conftest import services
 from vmsched import constants as c
 from vmsched.bus import connect
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterAttachment, DecisionStatus, PolicySet, ScheduleDecision
+from vmsched.contracts import ClusterAttachment, DecisionStatus, PolicySet, ScheduleDecision, StateRequest
 from vmsched.db import migrate
 from vmsched.errors import RemoteError
 from vmsched.policy_client import PolicyClient
@@ -201,3 +201,38 @@ async def test_decisions_go_on_from_cached_policies_while_postgres_is_away(
         assert staleness() == 0.0
         # The apply that met the outage stored nothing; sent again, it does.
         await admin.apply(PolicySet(clusters=[ClusterAttachment(cluster_id=never, policy=f"mine-{unique}")]))
+
+
+# ---------------------------------------------------------------------------------------- pausing on RabbitMQ
+async def test_a_paused_consumer_finishes_what_it_holds_and_another_instance_takes_the_rest(
+    settings: Settings, unique: str
+) -> None:
+    cfg = settings.model_copy(update={"amqp_prefix": f"{settings.amqp_prefix}pause-{unique}."})
+    route = f"pause-{unique}"
+    answered: list[str] = []
+    holding = asyncio.Event()
+
+    def handler(name: str, hold_s: float) -> Callable[[StateRequest], Awaitable[StateRequest]]:
+        async def handle(req: StateRequest) -> StateRequest:  # an echo is reply enough here
+            holding.set()
+            await asyncio.sleep(hold_s)
+            answered.append(name)
+            return req
+
+        return handle
+
+    async with connect(cfg, "a") as a, connect(cfg, "b") as b, connect(cfg, "client") as client:
+        queue = a.rpc_queue(route)  # type: ignore[attr-defined]  # an AmqpBus
+        await a.serve(route, StateRequest, handler("a", 1.0))
+        held = asyncio.create_task(client.call(route, StateRequest(cluster_id="held"), StateRequest, timeout=10))
+        await asyncio.wait_for(holding.wait(), 5)
+        await a.pause_consuming()
+        assert await consumers(cfg, queue) == 0
+        await b.serve(route, StateRequest, handler("b", 0.0))
+        for i in range(4):
+            await client.call(route, StateRequest(cluster_id=f"c{i}"), StateRequest, timeout=10)
+        assert (await held).cluster_id == "held"  # answered by the paused one: it kept what it held
+        assert answered.count("a") == 1
+        assert answered.count("b") == 4
+        assert await a.resume_consuming()
+        assert await consumers(cfg, queue) == 2

@@ -5,6 +5,7 @@ vmsched.db.pool.unavailable and the dispatcher that asks them."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from asyncpg import exceptions as pg_errors
 from redis import exceptions as redis_errors
 
 from tests.factories import host_report
+from vmsched.bus import MemoryBroker, MemoryBus
 from vmsched.bus.codec import decode, encode
 from vmsched.bus.dispatch import Delivery, Dispatcher, Transport
 from vmsched.contracts import ClusterState, ErrorReply, HostReport, StateRequest
@@ -225,3 +227,38 @@ def test_an_event_whose_handler_meets_a_server_away_is_retried_then_dead_lettere
 def test_server_unavailable_subclasses_say_whether_another_attempt_can_work() -> None:
     assert ServerUnavailable("x").retryable
     assert not DatabaseMissing("x").retryable
+
+
+# ---------------------------------------------------------------------------------------- pausing consumers
+def test_a_paused_bus_takes_no_request_another_instance_answers_and_resuming_takes_again() -> None:
+    async def main() -> list[str]:
+        broker = MemoryBroker()
+        answered: list[str] = []
+
+        def handler(name: str) -> Callable[[StateRequest], Awaitable[StateRequest]]:
+            async def handle(req: StateRequest) -> StateRequest:  # an echo is reply enough here
+                answered.append(name)
+                return req
+
+            return handle
+
+        a, b, client = (MemoryBus(SETTINGS, broker, service=n) for n in ("a", "b", "client"))
+        for bus in (a, b, client):
+            await bus.start()
+        await a.serve("state", StateRequest, handler("a"))
+        await b.serve("state", StateRequest, handler("b"))
+        await a.pause_consuming()
+        for _ in range(6):
+            await client.call("state", StateRequest(cluster_id="c1"), StateRequest, timeout=2)
+        assert set(answered) == {"b"}
+        answered.clear()
+        await b.pause_consuming()
+        await b.serve("state", StateRequest, handler("b-later"))  # made while paused: starts paused
+        assert await a.resume_consuming()
+        for _ in range(6):
+            await client.call("state", StateRequest(cluster_id="c1"), StateRequest, timeout=2)
+        for bus in (a, b, client):
+            await bus.close()
+        return answered
+
+    assert set(asyncio.run(main())) == {"a"}

@@ -78,6 +78,22 @@ async def _scrape(port: int, path: str) -> str:
     return await asyncio.to_thread(get)
 
 
+def _probe(cluster: str) -> Outcome:
+    return Outcome(cluster, VmSpec(vm_id=f"{uuid.uuid4().hex[:8]}-probe", mem_mb=64, vcpus=1), uuid.uuid4())
+
+
+async def _placed_after(st: Stage, cluster: str, started: float, call_timeout: float = 2.0) -> float:
+    """Seconds from `started` until a fresh request for `cluster` is placed (999 if not within 60 s)."""
+    while time.monotonic() - started < 60:
+        o = await schedule_with_retries(
+            st.client, _probe(cluster), call_timeout=call_timeout, give_up_after=call_timeout
+        )
+        if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+            return time.monotonic() - started
+        await asyncio.sleep(0.2)
+    return 999.0
+
+
 def _gauge(metrics: str, name: str) -> float | None:
     for line in metrics.splitlines():
         if line.startswith(f"{name} "):
@@ -116,7 +132,7 @@ class _PostgresOutage:
             await asyncio.sleep(0.25)
         self.answered_while_away = sum(o.decision is not None for o in self.outcomes) - answered_before
         await self.server.start()
-        self.recovery_s = await self._recovered_after(time.monotonic())
+        self.recovery_s = await _placed_after(self.stage, self.new_cluster, time.monotonic(), 5.0)
 
     async def _watch(self) -> None:
         staleness = _gauge(await _scrape(self.metrics_port, "/metrics"), "vmsched_policy_staleness_seconds")
@@ -125,16 +141,9 @@ class _PostgresOutage:
             self.readiness.add(str(json.loads(await _scrape(self.metrics_port, "/readyz")).get("status")))
 
     async def _probe(self) -> Outcome:
-        o = Outcome(self.new_cluster, VmSpec(vm_id=f"{uuid.uuid4().hex[:8]}-probe", mem_mb=64, vcpus=1), uuid.uuid4())
-        return await schedule_with_retries(self.stage.client, o, call_timeout=5.0, give_up_after=5.0)
-
-    async def _recovered_after(self, started: float) -> float:
-        while time.monotonic() - started < 60:
-            o = await self._probe()
-            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
-                return time.monotonic() - started
-            await asyncio.sleep(0.2)
-        return 999.0
+        return await schedule_with_retries(
+            self.stage.client, _probe(self.new_cluster), call_timeout=5.0, give_up_after=5.0
+        )
 
 
 @contextlib.asynccontextmanager
@@ -261,14 +270,7 @@ async def _redis_outage(
     started = time.monotonic()
     # As an engine does when told Redis lost a cluster's state (a restart may count as that).
     await make_clusters(st.client, st.tag, st.clusters, 4, HOST_MEM_MB)
-    res.figures["recovery_s"] = 999.0
-    while time.monotonic() - started < 60:
-        o = Outcome(f"{st.tag}-c0", VmSpec(vm_id=f"{uuid.uuid4().hex[:8]}-probe", mem_mb=64, vcpus=1), uuid.uuid4())
-        await schedule_with_retries(st.client, o, call_timeout=2.0, give_up_after=2.0)
-        if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
-            res.figures["recovery_s"] = round(time.monotonic() - started, 3)
-            break
-        await asyncio.sleep(0.2)
+    res.figures["recovery_s"] = round(await _placed_after(st, f"{st.tag}-c0", started), 3)
 
 
 __all__ = ["postgres_away", "redis_away"]
