@@ -78,6 +78,13 @@ async def _scrape(port: int, path: str) -> str:
     return await asyncio.to_thread(get)
 
 
+async def _one_by_one(stack: ServiceStack, *services: str) -> None:
+    """Start the services one after another: several Python processes importing at once on a busy
+    2-core machine can outlast the stack's start timeout."""
+    for service in services:
+        await stack.start(service)
+
+
 def _probe(cluster: str) -> Outcome:
     return Outcome(cluster, VmSpec(vm_id=f"{uuid.uuid4().hex[:8]}-probe", mem_mb=64, vcpus=1), uuid.uuid4())
 
@@ -179,10 +186,10 @@ async def postgres_away(
                 base, "postgres-away", postgres_url=server.dsn, policy_cache_ttl_s=cache_ttl_s, readiness_interval_s=0.5
             )
             tag, port = run_tag("pa"), free_port()
-            workers = ("state-tracker", "filter-worker", "weigher")
             async with staged(
-                settings, log_dir, workers, tag=tag, clusters=clusters, hosts=4, mem_mb=HOST_MEM_MB
+                settings, log_dir, ("state-tracker",), tag=tag, clusters=clusters, hosts=4, mem_mb=HOST_MEM_MB
             ) as st:
+                await _one_by_one(st.stack, "filter-worker", "weigher")
                 # The selector alone serves metrics (one port per process).
                 selector = ServiceStack(settings.model_copy(update={"metrics_port": port}), log_dir)
                 try:
@@ -233,13 +240,10 @@ async def redis_away(
             await server.start()
             settings = experiment_settings(base, "redis-away", redis_url=server.url, readiness_interval_s=0.5)
             tag = run_tag("ra")
-            # Started in two steps: five Python processes importing at once on a busy machine can take
-            # longer than the stack's start timeout.
-            services = ("state-tracker", "filter-worker", "weigher")
             async with staged(
-                settings, log_dir, services, tag=tag, clusters=clusters, hosts=4, mem_mb=HOST_MEM_MB
+                settings, log_dir, ("state-tracker",), tag=tag, clusters=clusters, hosts=4, mem_mb=HOST_MEM_MB
             ) as st:
-                await st.stack.start("selector", "selector")
+                await _one_by_one(st.stack, "filter-worker", "weigher", "selector", "selector")
                 outcomes = st.requests(random.Random(seed), requests)
                 outage = asyncio.create_task(_redis_outage(res, server, st, outcomes, at, away_s))
                 await drive(st.client, outcomes, concurrency, call_timeout=5.0, give_up_after=90.0, spread_s=spread_s)
