@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 from asyncpg import exceptions as pg_errors
 from redis import exceptions as redis_errors
 
@@ -26,6 +28,7 @@ from vmsched.errors import (
     ServerUnavailable,
     UnknownCluster,
 )
+from vmsched.policy_cache import PolicyStoreWatch
 from vmsched.settings import Settings
 from vmsched.store.redis import unavailable as redis_unavailable
 from vmsched_services.tools.asyncapi.error_codes import error_codes
@@ -262,3 +265,26 @@ def test_a_paused_bus_takes_no_request_another_instance_answers_and_resuming_tak
         return answered
 
     assert set(asyncio.run(main())) == {"a"}
+
+
+# ---------------------------------------------------------------------------------------- PostgreSQL away
+def test_the_policy_store_watch_logs_once_each_way_and_counts_staleness_only_while_away() -> None:
+    watch = PolicyStoreWatch(retry_interval_s=3600)
+    with structlog.testing.capture_logs() as logs:
+        watch.answered()
+        assert watch.staleness() == 0.0
+        for _ in range(5):  # every request that meets the outage
+            watch.trying()
+            watch.failed(ConnectionRefusedError(111, "Connection refused"))
+        assert watch.away
+        assert watch.staleness() > 0.0
+        assert not watch.worth_trying()  # tried a moment ago: requests do not queue behind reads bound to fail
+        watch.answered()
+        watch.answered()
+    # One warning for the whole outage (the line saying it is back is info: below the tests' log level).
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warnings) == 1
+    assert "PostgreSQL is away" in warnings[0]["event"]
+    assert not watch.away
+    assert watch.staleness() == 0.0
+    assert watch.worth_trying()
