@@ -25,6 +25,7 @@ from vmsched.errors import (
     DatabaseUnavailable,
     PolicyStoreUnavailable,
     RedisUnavailable,
+    RemoteError,
     ServerUnavailable,
     UnknownCluster,
 )
@@ -32,7 +33,7 @@ from vmsched.policy_cache import PolicyStoreWatch
 from vmsched.settings import Settings
 from vmsched.store.redis import unavailable as redis_unavailable
 from vmsched_services.tools.asyncapi.error_codes import error_codes
-from vmsched_services.tools.failures import remote_hint
+from vmsched_services.tools.failures import explain_failure, remote_hint
 
 SETTINGS = Settings(transient_retry_delay_s=0, transient_attempts=3)
 
@@ -288,3 +289,15 @@ def test_the_policy_store_watch_logs_once_each_way_and_counts_staleness_only_whi
     assert not watch.away
     assert watch.staleness() == 0.0
     assert watch.worth_trying()
+
+
+def test_the_cli_says_postgres_is_away_and_how_to_start_it_when_policy_admin_answers_so() -> None:
+    away = postgres_unavailable(POSTGRES_AWAY[0])
+    assert away is not None
+    told = explain_failure(RemoteError(away.code, f"{away.message} (tried 5 times by policy-admin)"), "policy-admin")
+    assert told is not None
+    assert told.message.startswith("policy_store_unavailable: PostgreSQL")
+    assert told.hint is not None
+    assert "PostgreSQL" in told.hint
+    assert "start" in told.hint
+    assert "Traceback" not in told.message + told.hint

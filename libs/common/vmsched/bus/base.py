@@ -248,11 +248,12 @@ class Bus(ABC):
             await sub.pause()
 
     async def resume_consuming(self) -> bool:
-        """Resume every subscription; False when one could not be resumed yet (try again)."""
-        self.paused = False
+        """Resume every subscription; False when one could not be resumed yet (the bus stays
+        paused, so the next call tries again; those resumed already stay resumed)."""
         resumed = True
         for sub in self.subscriptions():
             resumed = await sub.resume() and resumed
+        self.paused = not resumed
         return resumed
 
     async def _kept(self, sub: Subscription) -> Subscription:
