@@ -11,7 +11,7 @@ from vmsched.bus import Bus
 from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import set_cluster_label_limit
-from vmsched.runtime import Runtime
+from vmsched.runtime import DEGRADING_CHECKS, Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.catalogues import UnitCatalogues, announce_units
@@ -55,11 +55,15 @@ async def run(
     try:
         # Spawned first: its first announcement goes out while the services below connect.
         rt.spawn(announce_units(UnitCatalogues(rt.redis, settings), names, units), "unit-catalogue")
+        # Nothing is consumed before the servers the services need are known to answer.
+        await rt.bus.pause_consuming()
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first
             await SERVICES[name](rt)
             log.info("service started", name=name)
+        await rt.gate_consuming()
+        rt.spawn(rt.consume_while_ready(), "consume-while-ready")
         if health is not None:
-            health.ready(rt.readiness_checks())
+            health.ready(rt.readiness_checks(), degrading=DEGRADING_CHECKS)
         if ready is not None:
             ready.set()
         await stop.wait()

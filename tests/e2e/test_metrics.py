@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -41,6 +42,21 @@ def _fetch(port: int, path: str) -> tuple[int, str]:
             return int(response.status), str(response.read().decode())
     except urllib.error.HTTPError as e:
         return e.code, str(e.read().decode())
+
+
+async def _started_readiness(port: int, timeout: float = 60.0) -> tuple[int, str]:
+    """/readyz once the process has started its services (not "starting", nor unanswered)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            status, body = await asyncio.to_thread(_fetch, port, "/readyz")
+            if json.loads(body).get("status") != "starting":
+                return status, body
+        except OSError:
+            pass  # not listening yet
+        if time.monotonic() > end:
+            raise AssertionError(f"/readyz on port {port} still starting after {timeout:g} s")
+        await asyncio.sleep(0.1)
 
 
 def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -143,9 +159,12 @@ async def test_selector_and_state_tracker_export_decisions_gauges_and_readiness(
     assert set(json.loads(body)["checks"]) == {"bus", "redis"}  # the state tracker never reads PostgreSQL
 
 
-async def test_a_service_whose_redis_is_down_is_live_but_not_ready(service_settings: Settings, tmp_path: Path) -> None:
+async def test_a_service_whose_redis_is_down_is_live_but_not_ready_and_does_not_consume(
+    service_settings: Settings, tmp_path: Path
+) -> None:
     """The filter-worker starts without touching Redis (it reads state on its first request), so it
-    runs with its Redis URL at a closed port; the state tracker, which loads state at start, would exit."""
+    runs with its Redis URL at a closed port; the state tracker, which loads state at start, would exit.
+    Not ready, it takes no request: its queue has no consumer of it."""
     port, dead = _free_port(), _free_port()
     worker = Supervisor(
         service_settings,
@@ -153,9 +172,11 @@ async def test_a_service_whose_redis_is_down_is_live_but_not_ready(service_setti
         extra_env={"VMSCHED_METRICS_PORT": str(port), "VMSCHED_REDIS_URL": f"redis://127.0.0.1:{dead}/0"},
     )
     try:
-        await worker.start("filter-worker")
-        ready = await asyncio.to_thread(_fetch, port, "/readyz")
+        before = await worker.consumers("filter-worker")
+        await worker.start("filter-worker", consuming=False)
+        ready = await _started_readiness(port)
         live = await asyncio.to_thread(_fetch, port, "/healthz")
+        assert await worker.consumers("filter-worker") == before
     finally:
         worker.stop_all()
     status, body = ready

@@ -51,3 +51,16 @@ async def test_hostile_input(chaos_settings: Settings, tmp_path: Path) -> None:
     """Hostile messages: all refused, no crash or wedge, every valid request answered, RSS growth <= 20 MB."""
     result = await run_short("hostile_input", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())
+
+
+async def test_postgres_away(chaos_settings: Settings, tmp_path: Path) -> None:
+    """PostgreSQL stopped past the policy caches' TTL: every request answered from cached policies, none
+    internal, a never-read cluster refused policy_store_unavailable, the staleness gauge counting."""
+    result = await run_short("postgres_away", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())
+
+
+async def test_redis_away(chaos_settings: Settings, tmp_path: Path) -> None:
+    """Redis stopped under the services: they stop consuming, nothing is answered internal or lost."""
+    result = await run_short("redis_away", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())

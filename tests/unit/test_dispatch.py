@@ -46,7 +46,15 @@ from vmsched.contracts import (
     VmReport,
     VmSpec,
 )
-from vmsched.errors import InvalidProperty, InvalidRequest, SchedulingError, UnknownCluster, VmschedError
+from vmsched.errors import (
+    DatabaseMissing,
+    InvalidProperty,
+    InvalidRequest,
+    RedisUnavailable,
+    SchedulingError,
+    UnknownCluster,
+    VmschedError,
+)
 from vmsched.scheduling.units.base import validate_properties
 from vmsched.scheduling.units.registry import get_unit
 from vmsched.settings import Settings
@@ -195,6 +203,8 @@ HANDLERS = st.one_of(
     st.just(_raise(UnknownCluster("no such cluster"))),
     st.just(_raise(ConnectionError(f"redis at {SECRET} went away"))),
     st.just(_raise(TimeoutError())),
+    st.just(_raise(RedisUnavailable("Redis cannot be reached"))),
+    st.just(_raise(DatabaseMissing("no database"))),
     st.just(_returns(42)),
     st.just(_returns(None)),
 )
@@ -344,7 +354,7 @@ def test_domain_error_text_goes_back_as_it_is() -> None:
     assert t.calls == ["reply:ok", "ack:ok"]  # a domain error is the caller's, not a dead letter
 
 
-def test_transient_failure_is_retried_a_bounded_number_of_times_then_dead_lettered() -> None:
+def test_transient_failure_is_retried_a_bounded_number_of_times_then_answered_retryable_not_internal() -> None:
     attempts: list[int] = []
 
     async def handler(request: FilterRequest) -> FilterReply:
@@ -369,11 +379,11 @@ def test_transient_failure_is_retried_a_bounded_number_of_times_then_dead_letter
     for t in seen[:-1]:
         assert t.calls == ["retry:ok", "ack:ok"]
     last = seen[-1]
-    assert last.calls == ["reply:ok", "dead_letter:ok", "ack:ok"]
-    reason = last.dead[0][1][c.HEADER_DLX_REASON]
-    assert f"transient failure on each of {SETTINGS.transient_attempts} attempts" in reason
-    assert "Redis is restarting" in reason
-    assert decode(last.replies[0][0], ErrorReply).code == "internal"
+    # Its caller owns the next attempt: answered, not dead-lettered (a requeue would run it twice).
+    assert last.calls == ["reply:ok", "ack:ok"]
+    reply = decode(last.replies[0][0], ErrorReply)
+    assert reply.code == "server_unavailable"
+    assert f"tried {SETTINGS.transient_attempts} times" in reply.message
 
 
 def test_dead_letter_body_above_the_threshold_is_kept_truncated_with_its_size() -> None:

@@ -20,8 +20,11 @@
     ├── StateConflict
     ├── InjectionError            (also a RuntimeError)
     ├── MigrationError
-    ├── DatabaseUnavailable
-    │   └── DatabaseMissing
+    ├── ServerUnavailable         (retryable: a server a service needs is away)
+    │   ├── RedisUnavailable
+    │   └── DatabaseUnavailable
+    │       ├── PolicyStoreUnavailable
+    │       └── DatabaseMissing   (not retryable: the database must be created)
     ├── BusError
     │   ├── RpcTimeout
     │   ├── NoConsumer
@@ -197,14 +200,43 @@ class MigrationError(VmschedError):
     meaning = "a database migration cannot be applied (e.g. an applied file changed)"
 
 
-class DatabaseUnavailable(VmschedError):
+class ServerUnavailable(VmschedError):
+    """A server a service needs (Redis, PostgreSQL) cannot be reached now.
+
+    The bus's dispatcher treats it as transient: the message is tried again (VMSCHED_TRANSIENT_ATTEMPTS),
+    and a request still failing then is answered with this error's code, which says to send it again.
+    The store and db layers translate their drivers' connection errors into it (`unavailable` in
+    vmsched.store.redis and vmsched.db.pool), so the bus never has to know those drivers.
+    """
+
+    code = "server_unavailable"
+    meaning = "retryable: a server the service needs cannot be reached right now; send the request again later"
+    #: Another attempt may succeed (the server comes back by itself); False where someone must act first.
+    retryable: ClassVar[bool] = True
+
+
+class RedisUnavailable(ServerUnavailable):
+    code = "redis_unavailable"
+    meaning = "retryable: the service cannot reach Redis right now (it stops consuming until Redis is back)"
+
+
+class DatabaseUnavailable(ServerUnavailable):
     code = "database_unavailable"
-    meaning = "PostgreSQL cannot be reached"
+    meaning = "retryable: PostgreSQL cannot be reached"
+
+
+class PolicyStoreUnavailable(DatabaseUnavailable):
+    code = "policy_store_unavailable"
+    meaning = (
+        "retryable: PostgreSQL, which keeps the policies, cannot be reached and the service has no policy "
+        "cached for the cluster (or policy administration cannot read or write); send it again once it is back"
+    )
 
 
 class DatabaseMissing(DatabaseUnavailable):
     code = "database_missing"
     meaning = "the server answers, but the database does not exist (`vmsched db migrate`)"
+    retryable = False
 
 
 class BusError(VmschedError):
@@ -328,10 +360,13 @@ __all__ = [
     "PolicyInUse",
     "PolicyLocked",
     "PolicyNotFound",
+    "PolicyStoreUnavailable",
     "PropertyTooLong",
+    "RedisUnavailable",
     "RemoteError",
     "RpcTimeout",
     "SchedulingError",
+    "ServerUnavailable",
     "StaleState",
     "StateConflict",
     "StateResyncing",

@@ -5,8 +5,10 @@
 * /readyz: 200 when the services have started and every readiness check passes, 503 otherwise
   (also while starting and stopping). The checks (Runtime.readiness_checks: the bus connection is
   open, Redis answers PING, PostgreSQL answers SELECT 1 where the process reads it) run on the
-  event loop, concurrently, each bounded by VMSCHED_HEALTH_TIMEOUT_S. The JSON body names each
-  check with its result: {"status": "ready", "checks": {"redis": {"ok": true, "ms": 0.4}, ...}}.
+  event loop, concurrently, each bounded by VMSCHED_HEALTH_TIMEOUT_S. A degrading check failing
+  (PostgreSQL: the services work on with the policies they read last) leaves it 200, status
+  "degraded". The JSON body names each check with its result:
+  {"status": "ready", "checks": {"redis": {"ok": true, "ms": 0.4}, ...}}.
 
 The HTTP server runs in threads of its own, not on the event loop, and health questions are handed
 to the loop (call_soon_threadsafe, run_coroutine_threadsafe) with a bound on the wait. Why not serve
@@ -98,15 +100,17 @@ class Health:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._checks: Mapping[str, Check] | None = None
+        self._degrading: frozenset[str] = frozenset()
         self._phase = "starting"
 
     def starting(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             self._loop, self._checks, self._phase = loop, None, "starting"
 
-    def ready(self, checks: Mapping[str, Check]) -> None:
+    def ready(self, checks: Mapping[str, Check], *, degrading: frozenset[str] = frozenset()) -> None:
+        """Started: /readyz runs `checks`; those named in `degrading` may fail without making it 503."""
         with self._lock:
-            self._checks, self._phase = dict(checks), "ready"
+            self._checks, self._degrading, self._phase = dict(checks), degrading, "ready"
 
     def stopping(self) -> None:
         with self._lock:
@@ -129,7 +133,7 @@ class Health:
 
     def readiness(self) -> Response:
         with self._lock:
-            loop, checks, phase = self._loop, self._checks, self._phase
+            loop, checks, phase, degrading = self._loop, self._checks, self._phase, self._degrading
         if loop is None or checks is None or loop.is_closed():
             return _json(503, {"status": phase, "checks": {}})
         try:
@@ -144,8 +148,9 @@ class Health:
             results = {name: {"ok": False, "error": error} for name in checks}
         except concurrent.futures.CancelledError:  # the loop is shutting down
             return _json(503, {"status": "stopping", "checks": {}})
-        ok = all(r["ok"] for r in results.values())
-        return _json(200 if ok else 503, {"status": "ready" if ok else "not ready", "checks": results})
+        ok = all(r["ok"] for name, r in results.items() if name not in degrading)
+        status = "not ready" if not ok else "ready" if all(r["ok"] for r in results.values()) else "degraded"
+        return _json(200 if ok else 503, {"status": status, "checks": results})
 
 
 PATHS = ("/metrics", "/healthz", "/readyz")

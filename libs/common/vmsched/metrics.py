@@ -51,6 +51,14 @@ HA_CHECKS = Counter("vmsched_ha_checks_total", "HA reservation checks, by result
 HA_ALERTS = Counter("vmsched_ha_alerts_total", "HaAlert events published")
 HA_RECOVERIES = Counter("vmsched_ha_recoveries_total", "HaRecovered events published")
 
+# The policy caches (vmsched.policy_cache.PolicyStoreWatch sets it).
+POLICY_STALENESS = Gauge(
+    "vmsched_policy_staleness_seconds",
+    "0 while PostgreSQL answers the policy caches; while it is away, seconds since their last successful read "
+    "(the policies decided with are at most that old)",
+)
+POLICY_STORE_UP = Gauge("vmsched_policy_store_up", "1 while PostgreSQL answers the policy caches' reads, else 0")
+
 BUILD_INFO = Gauge("vmsched_build_info", "Always 1; the labels say what runs", ["version", "python"])
 
 

@@ -2,6 +2,11 @@
 
 `vmsched run SERVICE` opens a Runtime for one service; `vmsched up` opens one Runtime and starts
 every service on it, so they share the connections and the cluster-state cache.
+
+The services consume only while the servers they need answer (`consume_while_ready`): while Redis is
+away a process cancels its consumers, so RabbitMQ hands the requests to other instances (or keeps
+them queued) instead of this one failing them, and consumes again once Redis answers. PostgreSQL is
+not such a server: the policy caches decide with the policies they read last while it is away.
 """
 
 from __future__ import annotations
@@ -16,13 +21,17 @@ import redis.asyncio as aioredis
 
 from vmsched.bus import Bus, connect
 from vmsched.db import connect as connect_pg
-from vmsched.health import Check
+from vmsched.db.pool import unavailable as postgres_unavailable
+from vmsched.health import Check, run_checks
+from vmsched.logging import get_logger
+from vmsched.policy_cache import PolicyStoreWatch
 from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import StateCache
 from vmsched.store.generations import GenerationMarkers
 from vmsched.store.redis import connect as connect_redis
 from vmsched.store.redis import ping as ping_redis
+from vmsched.store.redis import unavailable as redis_unavailable
 
 if TYPE_CHECKING:
     import asyncpg
@@ -30,6 +39,14 @@ if TYPE_CHECKING:
 
 #: How often a background task that has not stopped yet is cancelled again while closing.
 RECANCEL_INTERVAL_S = 0.2
+#: Readiness checks whose failure leaves a process ready, and consuming: it works without them for a
+#: while (the policy caches serve the policies they read last; policy-admin answers that PostgreSQL is away).
+DEGRADING_CHECKS = frozenset({"postgres"})
+#: Checks that do not decide consuming: with the broker away there is nothing to consume, and the
+#: robust connection restores the consumers itself.
+NOT_GATING_CHECKS = frozenset({"bus", *DEGRADING_CHECKS})
+
+log = get_logger("vmsched.runtime")
 
 
 async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
@@ -59,6 +76,8 @@ class Runtime:
     #: Set by what reads PostgreSQL (vmsched.policy_cache), which opens the pool only on first use:
     #: readiness checks PostgreSQL from the start in a process that will need it, and only there.
     uses_postgres: bool = False
+    #: Whether PostgreSQL answered the policy caches of this process (vmsched.policy_cache).
+    policy_watch: PolicyStoreWatch = field(init=False)
     _pg: asyncpg.Pool | None = None
     _pg_opening: asyncio.Lock = field(default_factory=asyncio.Lock)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -66,9 +85,14 @@ class Runtime:
     service: str = "vmsched"
     _recovery: Recovery | None = None
 
+    def __post_init__(self) -> None:
+        self.policy_watch = PolicyStoreWatch(self.settings.readiness_interval_s)
+
     @classmethod
     async def open(cls, settings: Settings, service: str = "vmsched", bus: Bus | None = None) -> Runtime:
         bus = bus or connect(settings, service)
+        # A server away is transient, and is named in the answer when the attempts run out.
+        bus.recognise(redis_unavailable, postgres_unavailable)
         await bus.start()
         redis = connect_redis(settings)
         return cls(settings=settings, bus=bus, redis=redis, state=StateCache(redis, settings), service=service)
@@ -113,6 +137,25 @@ class Runtime:
         pool = await self.postgres()
         if await pool.fetchval("SELECT 1") != 1:
             raise ConnectionError("PostgreSQL did not answer SELECT 1 with 1")
+
+    async def gate_consuming(self) -> bool:
+        """Pause the bus's consumers if a gating readiness check fails (Redis away), resume them once
+        every one passes; one log line each way. True when consuming afterwards."""
+        checks = {n: c for n, c in self.readiness_checks().items() if n not in NOT_GATING_CHECKS}
+        results = await run_checks(checks, self.settings.health_timeout_s)
+        failing = {name: r.get("error", "") for name, r in results.items() if not r["ok"]}
+        if failing and not self.bus.paused:
+            await self.bus.pause_consuming()
+            log.warning("stopped consuming: a server this process needs is away", away=failing)
+        elif not failing and self.bus.paused and await self.bus.resume_consuming():
+            log.info("consuming: every server this process needs answers")
+        return not self.bus.paused
+
+    async def consume_while_ready(self) -> None:
+        """gate_consuming every VMSCHED_READINESS_INTERVAL_S until cancelled (the runner spawns it)."""
+        while True:
+            await asyncio.sleep(self.settings.readiness_interval_s)
+            await self.gate_consuming()
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         """Run a service's background loop (a periodic balancer or HA check); close() cancels it."""

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     #: A cached cluster policy is re-read from PostgreSQL after this long even without a
     #: policy.changed event (one missed while the bus was down).
     policy_cache_ttl_s: float = Field(30.0, gt=0)
+    #: Bound on one policy read from PostgreSQL; while PostgreSQL is away a policy cache tries it
+    #: again at most every VMSCHED_READINESS_INTERVAL_S and decides with the policies it read last.
+    policy_read_timeout_s: float = Field(2.0, gt=0, le=60)
     #: How long a decision is remembered for idempotent replays of the same request id.
     #: How often the state tracker asks the engine again for the full report of a cluster still
     #: waiting for one after Redis forgot it (contracts.ResyncRequested).
@@ -94,6 +97,9 @@ class Settings(BaseSettings):
     metrics_refresh_s: float = Field(15.0, gt=0)
     #: Bound on each /readyz check (bus, Redis, PostgreSQL) and on the event loop's answer to /healthz.
     health_timeout_s: float = Field(1.0, gt=0, le=30)
+    #: How often a service process checks that Redis answers, to stop consuming while it does not
+    #: (and consume again once it does).
+    readiness_interval_s: float = Field(1.0, gt=0, le=60)
     log_level: str = "INFO"
     #: "json" for structlog JSON lines, "console" for a human.
     log_format: str = "json"

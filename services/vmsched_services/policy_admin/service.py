@@ -37,6 +37,7 @@ from vmsched.contracts import (
     UnitProperty,
     UnitQuery,
 )
+from vmsched.db.pool import unavailable
 from vmsched.db.repository import PolicyRepository
 from vmsched.errors import InvalidPolicy, PolicyNotFound
 from vmsched.logging import get_logger
@@ -259,17 +260,38 @@ class PolicyAdmin:
         return await self.apply(ApplyPolicies(desired=PolicySet(policies=[chosen])))
 
 
+Handler = Callable[[Any], Awaitable[Message]]
+
+
+def naming_postgres(handler: Handler) -> Handler:
+    """`handler`, whose PostgreSQL failures (a refused connection, a pool or query timeout, the
+    driver's connection errors) are raised as PolicyStoreUnavailable: the dispatcher tries the request
+    again and then answers `policy_store_unavailable`, which says PostgreSQL is away and what to do,
+    instead of `internal`. A change interrupted by the outage stored nothing (one transaction)."""
+
+    async def handle(request: Any) -> Message:
+        try:
+            return await handler(request)
+        except Exception as exc:
+            away = unavailable(exc, io=True)
+            if away is None:
+                raise
+            raise away from exc
+
+    return handle
+
+
 async def start(rt: Runtime) -> PolicyAdmin:
     admin = PolicyAdmin(rt)
-    routes: list[tuple[str, type[Message], Callable[[Any], Awaitable[Message]]]] = [
-        (c.RPC_POLICY_READ, PolicyQuery, admin.read),
-        (c.RPC_POLICY_APPLY, ApplyPolicies, admin.apply),
-        (c.RPC_POLICY_CLONE, ClonePolicy, admin.clone),
-        (c.RPC_POLICY_DELETE, PolicyRef, admin.delete),
-        (c.RPC_POLICY_DETACH, DetachCluster, admin.detach),
-        (c.RPC_POLICY_HISTORY, PolicyRef, admin.history),
-        (c.RPC_POLICY_ROLLBACK, RollbackPolicy, admin.rollback),
-        (c.RPC_UNITS_LIST, UnitQuery, admin.units),
+    routes: list[tuple[str, type[Message], Handler]] = [
+        (c.RPC_POLICY_READ, PolicyQuery, naming_postgres(admin.read)),
+        (c.RPC_POLICY_APPLY, ApplyPolicies, naming_postgres(admin.apply)),
+        (c.RPC_POLICY_CLONE, ClonePolicy, naming_postgres(admin.clone)),
+        (c.RPC_POLICY_DELETE, PolicyRef, naming_postgres(admin.delete)),
+        (c.RPC_POLICY_DETACH, DetachCluster, naming_postgres(admin.detach)),
+        (c.RPC_POLICY_HISTORY, PolicyRef, naming_postgres(admin.history)),
+        (c.RPC_POLICY_ROLLBACK, RollbackPolicy, naming_postgres(admin.rollback)),
+        (c.RPC_UNITS_LIST, UnitQuery, admin.units),  # read from Redis, not PostgreSQL
     ]
     for route, request, handler in routes:
         await rt.bus.serve(route, request, handler)

@@ -76,6 +76,14 @@ def remote_hint(code: str) -> str | None:
         "lock_timeout": "the cluster is busy (its lock was held by other requests): send it again, or raise "
         "$VMSCHED_LOCK_ACQUIRE_TIMEOUT_S",
         "internal": "the service logged the details under the reference above",
+        "redis_unavailable": "the service cannot reach Redis; it stops taking requests until Redis answers "
+        "(`/readyz` says so). Send it again once Redis is back: " + START_HINTS["Redis"],
+        "policy_store_unavailable": "PostgreSQL, which keeps the policies, is away; services keep deciding "
+        "with the policies they read last, but nothing can be read or changed until it is back. "
+        + START_HINTS["PostgreSQL"],
+        "database_unavailable": START_HINTS["PostgreSQL"],
+        "server_unavailable": "a server the service needs is away (its log and `/readyz` say which): "
+        "send it again once it is back",
     }
     if code in hints:
         return hints[code]

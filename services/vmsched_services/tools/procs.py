@@ -86,7 +86,9 @@ class Supervisor:
         finally:
             await conn.close()
 
-    async def start(self, service: str, *, timeout: float = 30.0) -> subprocess.Popen[bytes]:
+    async def start(self, service: str, *, timeout: float = 30.0, consuming: bool = True) -> subprocess.Popen[bytes]:
+        """Start `service` and wait until it consumes its queue (`consuming=False`: return at once,
+        for a service that must not consume, its Redis being away)."""
         before = await self.consumers(service)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = (self.log_dir / f"{service}-{len(self.procs)}.log").open("wb")
@@ -97,7 +99,7 @@ class Supervisor:
         )
         self.procs.append((service, proc))
         end = time.monotonic() + timeout
-        while await self.consumers(service) <= before:
+        while consuming and await self.consumers(service) <= before:
             if proc.poll() is not None:
                 raise RuntimeError(f"{service} exited with {proc.returncode}; see {log.name}")
             if time.monotonic() > end:

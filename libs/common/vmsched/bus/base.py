@@ -32,7 +32,14 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from vmsched import constants as c
-from vmsched.bus.dispatch import HEADER_ATTEMPTS, HEADER_DEADLINE, HEADER_ORIGINAL_SIZE, HEADER_TRUNCATED
+from vmsched.bus.dispatch import (
+    HEADER_ATTEMPTS,
+    HEADER_DEADLINE,
+    HEADER_ORIGINAL_SIZE,
+    HEADER_TRUNCATED,
+    Dispatcher,
+    Recogniser,
+)
 from vmsched.contracts import Message
 
 Req = TypeVar("Req", bound=Message)
@@ -169,11 +176,24 @@ class Subscription(ABC):
     @abstractmethod
     async def cancel(self) -> None: ...
 
+    @abstractmethod
+    async def pause(self) -> None:
+        """Stop taking messages (basic.cancel: the broker gives them to the queue's other consumers)
+        and keep settling those in hand; a subscription to a queue of its own, which would go with its
+        last consumer, keeps consuming."""
+
+    @abstractmethod
+    async def resume(self) -> bool:
+        """Take messages again after pause(); False when that could not be done now (try again)."""
+
 
 class Bus(ABC):
     """See the module docstring. Use as `async with bus:` or call start()/close()."""
 
     service: str = "client"
+    dispatcher: Dispatcher
+    #: Set while pause_consuming() holds: subscriptions made then start paused.
+    paused: bool = False
 
     async def __aenter__(self) -> Bus:
         await self.start()
@@ -219,6 +239,36 @@ class Bus(ABC):
         `queue` names a durable queue shared by competing consumers (it survives restarts); None
         gives this process its own exclusive queue that lives as long as the subscription.
         """
+
+    async def pause_consuming(self) -> None:
+        """Pause every subscription (see Subscription.pause), those made later too, until
+        resume_consuming(): the wiring does it while a server the services need is away."""
+        self.paused = True
+        for sub in self.subscriptions():
+            await sub.pause()
+
+    async def resume_consuming(self) -> bool:
+        """Resume every subscription; False when one could not be resumed yet (the bus stays
+        paused, so the next call tries again; those resumed already stay resumed)."""
+        resumed = True
+        for sub in self.subscriptions():
+            resumed = await sub.resume() and resumed
+        self.paused = not resumed
+        return resumed
+
+    async def _kept(self, sub: Subscription) -> Subscription:
+        """A new subscription, paused at once while the bus is."""
+        if self.paused:
+            await sub.pause()
+        return sub
+
+    @abstractmethod
+    def subscriptions(self) -> Sequence[Subscription]:
+        """The subscriptions this bus made that are not cancelled."""
+
+    def recognise(self, *recognisers: Recogniser) -> None:
+        """Also treat what these say is a server being away as transient (vmsched.bus.dispatch)."""
+        self.dispatcher.recognise(*recognisers)
 
     @abstractmethod
     def is_open(self) -> bool:

@@ -17,6 +17,13 @@ The deadline is checked before decoding: a caller that gave up wants no answer, 
 Error texts go back through `codec.error_reply` (cut to the reply's limits, never validated into an
 exception). An unexpected exception goes back as code "internal" with a reference id only; its
 text (which may name a database role or a host) stays in the service log under that reference.
+
+A server a handler needs being away (Redis, PostgreSQL) is transient, not internal: the message is
+tried again VMSCHED_TRANSIENT_ATTEMPTS times, and a request still failing then is answered with a
+retryable error naming the server (`redis_unavailable`, `policy_store_unavailable`, ...), not
+dead-lettered: its caller owns the next attempt. Which driver exceptions mean "away" is said by the
+layers that own the drivers (vmsched.store.redis.unavailable, vmsched.db.pool.unavailable), handed
+to the dispatcher by the wiring (`recognise`), so this module imports neither driver.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import asyncio
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -35,7 +42,7 @@ import structlog
 from vmsched import constants as c
 from vmsched.bus.codec import decode, decode_any, encode, error_reply, safe_text, type_name
 from vmsched.contracts import ErrorReply, Message
-from vmsched.errors import InvalidRequest, VmschedError
+from vmsched.errors import InvalidRequest, ServerUnavailable, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import DEAD_LETTERS, HANDLE_SECONDS, MESSAGES
 from vmsched.settings import Settings
@@ -55,8 +62,14 @@ REASON_MAX = 2000
 #: handler call: a handler that works long (a filter-worker placing a big batch) stops when the
 #: caller has given up instead of finishing work nobody reads.
 MESSAGE_DEADLINE: ContextVar[float | None] = ContextVar("vmsched_message_deadline", default=None)
-#: Errors worth another attempt (a dependency such as Redis is briefly away) rather than a dead letter.
+#: Errors worth another attempt (a dependency such as Redis is briefly away) rather than a dead letter,
+#: besides ServerUnavailable and what the recognisers say is one.
 TRANSIENT = (ConnectionError, OSError, TimeoutError)
+#: How far down an exception's `raise ... from` chain the recognisers look.
+CAUSE_DEPTH = 8
+
+#: Says which ServerUnavailable an exception means (None: not one); see the module docstring.
+Recogniser = Callable[[BaseException], ServerUnavailable | None]
 
 
 @dataclass(frozen=True)
@@ -136,6 +149,7 @@ class _Verdict:
     reply: tuple[bytes, str, bool] | None = None  # body, type, is an ErrorReply
     dead_letter: str | None = None  # the reason
     transient: str | None = None  # the failure, when another attempt may succeed
+    unavailable: ServerUnavailable | None = None  # the server a transient failure names, if known
 
 
 def new_reference() -> str:
@@ -171,10 +185,41 @@ def dead_letter_copy(
 class Dispatcher:
     """Runs handlers for one bus; see the module docstring."""
 
-    def __init__(self, settings: Settings, service: str) -> None:
+    def __init__(self, settings: Settings, service: str, recognisers: Sequence[Recogniser] = ()) -> None:
         self.settings = settings
         self.service = service
         self.log = get_logger("vmsched.bus")
+        self.recognisers: list[Recogniser] = list(recognisers)
+
+    def recognise(self, *recognisers: Recogniser) -> None:
+        """Also treat as transient what these say is a server being away."""
+        self.recognisers.extend(r for r in recognisers if r not in self.recognisers)
+
+    def unavailable(self, exc: BaseException) -> ServerUnavailable | None:
+        """The retryable ServerUnavailable `exc` means (it or what it was raised from), else None.
+        A bare ConnectionError, OSError or TimeoutError is one without a named server."""
+        cause: BaseException | None = exc
+        for _ in range(CAUSE_DEPTH):
+            if cause is None:
+                break
+            if isinstance(cause, ServerUnavailable):
+                return cause if cause.retryable else None
+            for recognise in self.recognisers:
+                found = recognise(cause)
+                if found is not None:
+                    return found
+            cause = cause.__cause__
+        if isinstance(exc, TRANSIENT):
+            return ServerUnavailable(
+                f"a server {self.service} needs cannot be reached ({type(exc).__name__}); send the request again later"
+            )
+        return None
+
+    def _transient(self, exc: BaseException) -> _Verdict | None:
+        unavailable = self.unavailable(exc)
+        if unavailable is None:
+            return None
+        return _Verdict("transient", transient=_describe(exc), unavailable=unavailable)
 
     # ------------------------------------------------------------------ RPC
     async def request(
@@ -212,18 +257,22 @@ class Dispatcher:
                     if not isinstance(reply, Message):
                         raise TypeError(f"handler returned {type(reply).__name__}, not a message model")
                     return _Verdict("ok", reply=(encode(reply), type_name(reply), False))
-                except VmschedError as exc:
-                    # The caller's own mistake (or a domain refusal): it gets the text back, cut to fit.
-                    return _Verdict(_code(exc), reply=self._error_body(exc))
-                except TRANSIENT as exc:
-                    return _Verdict("transient", transient=_describe(exc))
                 except Exception as exc:
-                    return self._internal(delivery, exc, "handler failed")
+                    return self._handler_failed(delivery, exc)
                 finally:
                     MESSAGE_DEADLINE.reset(held)
         except Exception as exc:
             # Only a hostile exception (one whose text cannot be read) gets here.
             return self._internal(delivery, exc, "request could not be handled")
+
+    def _handler_failed(self, delivery: Delivery, exc: Exception) -> _Verdict:
+        transient = self._transient(exc)
+        if transient is not None:
+            return transient
+        if isinstance(exc, VmschedError):
+            # The caller's own mistake (or a domain refusal): it gets the text back, cut to fit.
+            return _Verdict(_code(exc), reply=self._error_body(exc))
+        return self._internal(delivery, exc, "handler failed")
 
     def _internal(self, delivery: Delivery, exc: BaseException, what: str) -> _Verdict:
         ref = new_reference()
@@ -257,18 +306,22 @@ class Dispatcher:
                 with structlog.contextvars.bound_contextvars(queue=delivery.queue):
                     await handler(event)
                 verdict = _Verdict("ok")
-            except TRANSIENT as exc:
-                verdict = _Verdict("transient", transient=_describe(exc))
-            except VmschedError as exc:
-                verdict = _Verdict(_code(exc), dead_letter=safe_text(exc, REASON_MAX))
             except Exception as exc:
-                self.log.error("event handler failed", queue=delivery.queue, error=_describe(exc), exc_info=exc)
-                verdict = _Verdict("failed", dead_letter=_describe(exc))
+                verdict = self._event_failed(delivery, exc)
         except Exception as exc:
             verdict = _Verdict("failed", dead_letter=f"event could not be handled: {_describe(exc)}")
         await self._settle(delivery, transport, verdict)
         HANDLE_SECONDS.labels(delivery.queue).observe(time.perf_counter() - started)
         return verdict.outcome
+
+    def _event_failed(self, delivery: Delivery, exc: Exception) -> _Verdict:
+        transient = self._transient(exc)
+        if transient is not None:
+            return transient
+        if isinstance(exc, VmschedError):
+            return _Verdict(_code(exc), dead_letter=safe_text(exc, REASON_MAX))
+        self.log.error("event handler failed", queue=delivery.queue, error=_describe(exc), exc_info=exc)
+        return _Verdict("failed", dead_letter=_describe(exc))
 
     # ------------------------------------------------------------------ settling
     async def _settle(self, delivery: Delivery, transport: Transport, verdict: _Verdict) -> None:
@@ -298,15 +351,7 @@ class Dispatcher:
                 MESSAGES.labels(delivery.queue, "retried").inc()
                 await self._ack(delivery, transport)
                 return
-            reason = f"transient failure on each of {attempts} attempts; the last: {verdict.transient}"
-            verdict = replace(verdict, dead_letter=reason)
-            if delivery.reply_to:
-                ref = new_reference()
-                self.log.error("giving up on a message", queue=delivery.queue, reference=ref, reason=reason)
-                reply = error_reply(
-                    "internal", f"internal error in {self.service} (reference {ref}); see the service log"
-                )
-                verdict = replace(verdict, reply=(encode(reply), "ErrorReply", True))
+            verdict = self._given_up(delivery, verdict, attempts)
         if verdict.reply is not None and delivery.reply_to:
             body, type_, error = verdict.reply
             replied = await self._try(delivery, "reply", transport.reply(body, type_=type_, error=error))
@@ -331,6 +376,18 @@ class Dispatcher:
         else:
             MESSAGES.labels(delivery.queue, verdict.outcome).inc()
         await self._ack(delivery, transport)
+
+    def _given_up(self, delivery: Delivery, verdict: _Verdict, attempts: int) -> _Verdict:
+        """A transient failure on the last attempt: a request is answered with the retryable error
+        naming the server (its caller owns the next attempt); an event, which nobody waits for, is
+        dead-lettered so `vmsched dead-letters requeue` can send it again."""
+        reason = f"transient failure on each of {attempts} attempts; the last: {verdict.transient}"
+        if not delivery.reply_to:
+            return replace(verdict, dead_letter=reason)
+        self.log.warning("giving up on a request: a server is away", queue=delivery.queue, reason=reason)
+        away = verdict.unavailable or ServerUnavailable(f"a server {self.service} needs cannot be reached")
+        reply = error_reply(away.code, f"{away.message} (tried {attempts} times by {self.service})")
+        return replace(verdict, outcome=away.code, reply=(encode(reply), "ErrorReply", True))
 
     async def _try(self, delivery: Delivery, what: str, step: Awaitable[None]) -> bool:
         try:

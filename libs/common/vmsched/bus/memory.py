@@ -212,11 +212,26 @@ class _Consumer(Subscription):
                 self.queue.messages.put_nowait(message)  # not acked: the broker delivers it again
             raise
 
+    async def pause(self) -> None:
+        if self._cancelled or self.queue.exclusive or self not in self.queue.consumers:
+            return
+        # As basic.cancel: take nothing more (the queue's other consumers get it), finish what is in hand.
+        self.queue.consumers.remove(self)
+        self._pump.cancel()
+        await asyncio.gather(self._pump, return_exceptions=True)
+
+    async def resume(self) -> bool:
+        if not self._cancelled and self not in self.queue.consumers:
+            self.queue.consumers.append(self)
+            self._pump = asyncio.create_task(self._take())
+        return True
+
     async def cancel(self) -> None:
         if self._cancelled:
             return
         self._cancelled = True
-        self.queue.consumers.remove(self)
+        if self in self.queue.consumers:
+            self.queue.consumers.remove(self)
         if self.queue.exclusive:
             self.broker.delete(self.queue)
         self._pump.cancel()
@@ -271,7 +286,7 @@ class MemoryBus(Bus):
         async def handle(delivery: Delivery, transport: Transport) -> str:
             return await self.dispatcher.request(delivery, transport, request_type, handler)
 
-        return self._consume(self.broker.route(route), handle)
+        return await self._consume(self.broker.route(route), handle)
 
     async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
         self._check_open()
@@ -315,7 +330,7 @@ class MemoryBus(Bus):
         async def handle(delivery: Delivery, transport: Transport) -> str:
             return await self.dispatcher.event(delivery, transport, by_name, handler)
 
-        return self._consume(q, handle)
+        return await self._consume(q, handle)
 
     def is_open(self) -> bool:
         return not self._closed
@@ -379,7 +394,10 @@ class MemoryBus(Bus):
         queue.messages.put_nowait(_Message(delivery))
         return True
 
-    def _consume(self, queue: _Queue, handle: HandleFn) -> Subscription:
+    async def _consume(self, queue: _Queue, handle: HandleFn) -> Subscription:
         consumer = _Consumer(self.broker, queue, handle, self.settings.prefetch)
         self._consumers.append(consumer)
-        return consumer
+        return await self._kept(consumer)
+
+    def subscriptions(self) -> Sequence[Subscription]:
+        return list(self._consumers)

@@ -14,7 +14,7 @@ from uuid import UUID
 import asyncpg
 from asyncpg import exceptions as pg_errors
 
-from vmsched.errors import DatabaseMissing, DatabaseUnavailable
+from vmsched.errors import DatabaseMissing, DatabaseUnavailable, PolicyStoreUnavailable
 
 # asyncpg ships no type information: connections and records are Any to mypy.
 Connection = Any
@@ -41,6 +41,35 @@ def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
     )
 
 
+#: What the driver raises while the server is away, starting, shutting down or out of connections.
+_AWAY = (
+    pg_errors.PostgresConnectionError,  # ConnectionDoesNotExistError, ConnectionFailureError, ...
+    pg_errors.CannotConnectNowError,
+    pg_errors.AdminShutdownError,
+    pg_errors.CrashShutdownError,
+    pg_errors.TooManyConnectionsError,
+)
+
+#: What every policy_store_unavailable message ends with: what the reader can do.
+AWAY_HINT = "start PostgreSQL (or point VMSCHED_POSTGRES_URL at a running one) and send it again"
+
+
+def unavailable(exc: BaseException, *, io: bool = False) -> PolicyStoreUnavailable | None:
+    """`exc` said as PolicyStoreUnavailable when it is the driver's (or the pool's) word that
+    PostgreSQL is away, else None. With `io` (the caller knows `exc` came out of a PostgreSQL read or
+    write) OSError and TimeoutError count too: a refused connection, a pool acquire or query that timed
+    out. The text names no host: it goes back to callers; the service log has the error."""
+    if isinstance(exc, PolicyStoreUnavailable):
+        return exc
+    if isinstance(exc, DatabaseMissing):
+        return None
+    if isinstance(exc, (*_AWAY, DatabaseUnavailable)) or (io and isinstance(exc, OSError | TimeoutError)):
+        return PolicyStoreUnavailable(
+            f"PostgreSQL, which keeps the policies, cannot be reached ({type(exc).__name__}); {AWAY_HINT}"
+        )
+    return None
+
+
 async def connect(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool whose connections speak jsonb as Python objects.
 
@@ -65,4 +94,4 @@ async def connect_one(dsn: str) -> Connection:
     return conn
 
 
-__all__ = ["Connection", "Record", "connect", "connect_one", "init_connection"]
+__all__ = ["AWAY_HINT", "Connection", "Record", "connect", "connect_one", "init_connection", "unavailable"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import AuthenticationError, AuthorizationError, ClusterDownError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from vmsched.errors import RedisUnavailable
 from vmsched.settings import Settings
 
 #: Seconds a pooled connection may sit idle before it is PINGed before use: catches connections a
@@ -24,6 +26,25 @@ async def ping(client: aioredis.Redis) -> None:
     """Raise unless Redis answers PING (readiness)."""
     if not await client.ping():
         raise ConnectionError("Redis did not answer PING with PONG")
+
+
+#: What the client raises while Redis is away, restarting (BusyLoadingError is a ConnectionError), or
+#: in the middle of a fail-over (a replica refusing writes, a cluster slot moving): each passes.
+_AWAY = (RedisConnectionError, RedisTimeoutError, ReadOnlyError, ClusterDownError, TryAgainError)
+#: Connection errors that do not pass by themselves: wrong credentials or permissions.
+_REFUSED = (AuthenticationError, AuthorizationError)
+
+
+def unavailable(exc: BaseException) -> RedisUnavailable | None:
+    """`exc` said as RedisUnavailable when it is the client's word that Redis is away, else None.
+
+    The bus's dispatcher asks this (vmsched.runtime hands it over) so a Redis outage is retried as
+    transient and, when the attempts run out, answered `redis_unavailable` instead of `internal`.
+    The text names neither host nor port: it goes back to callers; the service log has the error.
+    """
+    if isinstance(exc, _AWAY) and not isinstance(exc, _REFUSED):
+        return RedisUnavailable(f"Redis cannot be reached ({type(exc).__name__}); send the request again later")
+    return None
 
 
 def connect(settings: Settings, *, max_connections: int | None = None) -> aioredis.Redis:

@@ -186,9 +186,11 @@ def dead_letters() -> dict[str, Any]:
         "broker's confirm, then acks the original. What lands there: an undecodable or invalid message "
         "(bad JSON, wrong fields, over the size limit; an RPC request's caller also gets an ErrorReply); an "
         "event without a `type`, or of a type its queue does not take; an event whose routing key and body "
-        "name different clusters; a message whose handler failed; one that failed transiently "
-        f"(VMSCHED_TRANSIENT_ATTEMPTS times, default {_setting_default('transient_attempts')}); an RPC request "
-        "that arrived after its deadline; and, through the queues' x-dead-letter-exchange argument, a "
+        "name different clusters; a message whose handler failed; an event that failed transiently "
+        f"(VMSCHED_TRANSIENT_ATTEMPTS times, default {_setting_default('transient_attempts')}: a server it "
+        "needs was away; an RPC request that fails so is answered with a retryable code such as "
+        "redis_unavailable instead, its caller owning the next attempt); an RPC request that arrived "
+        "after its deadline; and, through the queues' x-dead-letter-exchange argument, a "
         "request that expired in its queue and a message that could not be settled otherwise.",
         "headers": DEAD_LETTER_HEADERS,
     }

@@ -22,6 +22,7 @@ from vmsched_services.tools.chaos.base import Check, Result
 from vmsched_services.tools.chaos.broker import broker_drop
 from vmsched_services.tools.chaos.hostile import hostile_input
 from vmsched_services.tools.chaos.kills import selector_kill, worker_kill
+from vmsched_services.tools.chaos.outages import postgres_away, redis_away
 from vmsched_services.tools.chaos.stale import stale_holder
 
 ExperimentFn = Callable[..., Awaitable[Result]]
@@ -90,6 +91,23 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 hostile_input,
                 short={"messages": 1500},
                 long={"messages": 10_000},
+            ),
+            Experiment(
+                "postgres_away",
+                "a private PostgreSQL (the policy store) stopped for several policy-cache TTLs during a request "
+                "stream, then started: every request answered from the cached policies, none internal, a "
+                "never-read cluster refused policy_store_unavailable, staleness gauge counting, recovery <= 5 s",
+                postgres_away,
+                short={"requests": 40, "concurrency": 4, "spread_s": 8.0, "away_s": 4.0, "cache_ttl_s": 1.0},
+                long={"requests": 200, "spread_s": 30.0, "away_s": 15.0, "cache_ttl_s": 2.0},
+            ),
+            Experiment(
+                "redis_away",
+                "a private Redis (every service's) stopped during a request stream, then started: the "
+                "services stop consuming while it is away, nothing answered internal, none lost, recovery <= 5 s",
+                redis_away,
+                short={"requests": 40, "concurrency": 4, "spread_s": 8.0, "away_s": 4.0},
+                long={"requests": 100, "spread_s": 20.0, "away_s": 10.0},
             ),
         )
     }

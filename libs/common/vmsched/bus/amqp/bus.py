@@ -76,7 +76,7 @@ class AmqpBus(Bus):
     async def serve(
         self, route: str, request_type: type[Req], handler: Callable[[Req], Awaitable[Message]]
     ) -> Subscription:
-        return self._keep(await serve(self.link, self.dispatcher, route, request_type, handler))
+        return self._keep(await self._kept(await serve(self.link, self.dispatcher, route, request_type, handler)))
 
     # ------------------------------------------------------------------ events
     async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
@@ -90,11 +90,14 @@ class AmqpBus(Bus):
         *,
         queue: str | None = None,
     ) -> Subscription:
-        return self._keep(await self.events.subscribe(bindings, models, handler, queue=queue))
+        return self._keep(await self._kept(await self.events.subscribe(bindings, models, handler, queue=queue)))
 
     def _keep(self, sub: Subscription) -> Subscription:
         self._subscriptions.append(sub)
         return sub
+
+    def subscriptions(self) -> Sequence[Subscription]:
+        return list(self._subscriptions)
 
     # ------------------------------------------------------------------ operations
     async def queue_depths(self, queues: Sequence[str]) -> dict[str, int | None]:

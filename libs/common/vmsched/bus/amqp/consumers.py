@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aio_pika
@@ -32,6 +33,8 @@ from vmsched.errors import NoConsumer
 
 #: Bound on cancelling a consumer (a robust channel waits for a lost connection to come back).
 CANCEL_TIMEOUT_S = 5.0
+#: Bound on pausing a consumer whose channel waits for its connection (see Consumer.pause).
+PAUSE_OFFLINE_S = 0.01
 
 
 class AmqpTransport(Transport):
@@ -127,17 +130,57 @@ async def consumer_channel(
 
 
 class Consumer(Subscription):
-    def __init__(self, channel: AbstractChannel, queue: AbstractQueue, tag: str) -> None:
+    """One consumer on its own channel. `pausable`: the queue outlives its consumers (an RPC queue, a
+    named event queue); an exclusive queue of the process's own is deleted with its last consumer, so
+    pausing it would drop its events."""
+
+    def __init__(
+        self,
+        channel: AbstractChannel,
+        queue: AbstractQueue,
+        tag: str,
+        on_message: Callable[[AbstractIncomingMessage], Awaitable[None]],
+        *,
+        pausable: bool,
+    ) -> None:
         self._channel, self._queue, self._tag = channel, queue, tag
+        self._on_message, self._pausable = on_message, pausable
+        self._paused = False
 
     async def cancel(self) -> None:
         # A robust channel whose connection is gone waits for it forever: cancel only a live one, bounded.
-        if not self._channel.is_closed:
+        if not self._channel.is_closed and not self._paused:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(CANCEL_TIMEOUT_S):
                     await self._queue.cancel(self._tag)
         with contextlib.suppress(Exception):
             await self._channel.close()
+
+    async def pause(self) -> None:
+        if self._paused or not self._pausable:
+            return
+        self._paused = True
+        # basic.cancel: RabbitMQ sends nothing more here and gives the queue's messages to the other
+        # consumers; the messages in hand stay on this channel, settled as they finish. On a channel
+        # waiting for its connection the robust queue forgets the consumer before it waits (so the
+        # reconnection does not bring it back), and the short bound ends the wait.
+        bound = CANCEL_TIMEOUT_S if not self._channel.is_closed else PAUSE_OFFLINE_S
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(bound):
+                await self._queue.cancel(self._tag)
+
+    async def resume(self) -> bool:
+        if not self._paused:
+            return True
+        if self._channel.is_closed:
+            return False
+        try:
+            async with asyncio.timeout(CANCEL_TIMEOUT_S):
+                self._tag = await self._queue.consume(self._on_message)
+        except Exception:
+            return False
+        self._paused = False
+        return True
 
 
 __all__ = ["CANCEL_TIMEOUT_S", "AmqpTransport", "Consumer", "consumer_channel", "delivery_of"]

@@ -87,7 +87,7 @@ class Events:
                 tag = await q.consume(on_message)
         except (*BROKER_ERRORS, TimeoutError) as exc:
             raise link.unavailable(exc) from None
-        return Consumer(ch, q, tag)
+        return Consumer(ch, q, tag, on_message, pausable=queue is not None)
 
 
 __all__ = ["Events"]

@@ -248,7 +248,7 @@ async def serve(
             tag = await queue.consume(on_message)
     except (*BROKER_ERRORS, TimeoutError) as exc:
         raise link.unavailable(exc) from None
-    return Consumer(ch, queue, tag)
+    return Consumer(ch, queue, tag, on_message, pausable=True)
 
 
 __all__ = ["REPLY_TO", "RpcClient", "serve"]

@@ -1,0 +1,120 @@
+"""A private PostgreSQL: `initdb` (trust authentication) into a directory of its own, then `postgres`
+on a free loopback port, for the experiments and tests that stop PostgreSQL under running services.
+
+PostgreSQL refuses to run as root, so under root the cluster's files belong to the `postgres` user
+and both programs run as that user. Its files live in a directory of their own under the system's
+temporary directory (a test's tmp_path is often closed to other users); `remove()` deletes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from vmsched_services.tools.servers.base import PrivateServer
+
+#: Where the PostgreSQL programs are (a Debian install links them here).
+BIN = Path(os.environ.get("VMSCHED_PG_BIN", "/usr/local/bin"))
+#: The user PostgreSQL runs as when we are root.
+PG_USER = "postgres"
+
+
+class PrivatePostgres(PrivateServer):
+    name = "postgres"
+
+    def __init__(self, directory: Path, port: int | None = None) -> None:
+        super().__init__(directory, port)
+        self.home = Path(tempfile.mkdtemp(prefix="vmsched-pg-"))
+        self.data = self.home / "data"
+        self._owner = pwd.getpwnam(PG_USER) if os.geteuid() == 0 else None
+        if self._owner is not None:
+            os.chown(self.home, self._owner.pw_uid, self._owner.pw_gid)
+
+    @property
+    def dsn(self) -> str:
+        """The URL of database `vmsched` on this server (created by `vmsched db migrate` / migrate())."""
+        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/vmsched"
+
+    def _as_owner(self) -> dict[str, Any]:
+        if self._owner is None:
+            return {}
+        return {"user": self._owner.pw_uid, "group": self._owner.pw_gid, "extra_groups": []}
+
+    def initdb(self) -> None:
+        """Create the cluster's files (once): trust authentication, no fsync (it is thrown away)."""
+        if (self.data / "PG_VERSION").exists():
+            return
+        with self.log_path.open("ab") as log:
+            subprocess.run(
+                [str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", PG_USER, "--no-sync"],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.home,
+                check=True,
+                **self._as_owner(),
+            )
+
+    def command(self) -> Sequence[str]:
+        # -k: the Unix socket in our own directory (not /var/run/postgresql, the shared server's).
+        return [
+            str(BIN / "postgres"),
+            *("-D", str(self.data), "-p", str(self.port), "-k", str(self.home), "-h", "127.0.0.1"),
+            *("-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"),
+        ]
+
+    def spawn(self) -> None:
+        self.initdb()
+        with self.log_path.open("ab") as log:
+            self.popen = subprocess.Popen(
+                list(self.command()),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.home,
+                env=self.environment(),
+                start_new_session=True,
+                **self._as_owner(),
+            )
+
+    async def start(self, timeout_s: float = 30.0) -> None:
+        """Started, and past recovery: the port accepts before the server takes sessions ("the
+        database system is starting up"), so a session is opened to know."""
+        deadline = time.monotonic() + timeout_s
+        await super().start(timeout_s)
+        while True:
+            try:
+                conn = await asyncpg.connect(f"postgresql://{PG_USER}@127.0.0.1:{self.port}/postgres", timeout=2)
+            except (OSError, asyncpg.PostgresError) as exc:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"postgres on port {self.port} takes no sessions: {exc}; {self.tail()}") from exc
+                await asyncio.sleep(0.05)
+            else:
+                await conn.close()
+                return
+
+    async def stop(self, timeout_s: float = 15.0) -> None:
+        """SIGTERM is PostgreSQL's "smart" shutdown, which waits for every client to leave: SIGINT
+        ("fast") ends their sessions, as an operator's `pg_ctl stop` does."""
+        self.thaw()
+        self.signal(signal.SIGINT)
+        if not await self._reap(timeout_s):
+            await self.kill()
+
+    def remove(self) -> None:
+        """Delete the cluster's files (after stop or kill)."""
+        with contextlib.suppress(OSError):
+            shutil.rmtree(self.home)
+
+
+__all__ = ["PrivatePostgres"]
