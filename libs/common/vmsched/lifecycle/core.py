@@ -68,7 +68,8 @@ class Lifecycle:
         self.locks = locks
         self.pending = pending
         self.decisions = decisions
-        self.events = Events(bus, decisions, timer)
+        # A claim on re-publishing outlasts a publish (bounded by the RPC timeout) and its marking.
+        self.events = Events(bus, decisions, timer, claim_s=2 * settings.rpc_timeout_s)
         self.commit = Commit(pending, decisions, self.events, timer, settings.decision_ttl_s)
         self.groups = Groups(
             settings,

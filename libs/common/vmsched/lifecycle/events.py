@@ -1,13 +1,19 @@
 """Decision events (`decision.<cluster>`) and the stored records they are owed by (see
 store/decisions.py for the event rule, lifecycle.replay for who owes what).
 
-* One event per stored decision, published under the cluster's lock by whoever stored it, then
-  marked published. Publishing under the lock is what keeps a concurrent duplicate from publishing
-  too: it reads the mark only after the storer has released the lock.
+* One event per stored decision, published under the cluster's lock by whoever stored it, and
+  marked published as soon as its confirm arrives (a group's events are marked wave by wave as
+  their confirms come in, not once the slowest is confirmed). Publishing under the lock is what
+  keeps a concurrent duplicate from publishing too: it reads the mark only after the storer has
+  released the lock.
 * A replay that finds a stored decision not marked published (its selector died in between)
-  publishes and marks it; one that finds it marked does not publish again. A crash between
-  publishing and marking repeats the event once (events carry the request id).
-* Decisions that are not stored (errors, expired requests) are published each time one is made.
+  re-publishes and marks it if it wins the claim on it (DecisionStore.claim_republish), so two
+  replays (with or without the lock) never both re-publish; one that finds it marked does not
+  publish again. A crash between the broker taking the event and its marking repeats it once.
+* The event of a stored decision carries its dedup identity: the AMQP message_id is the request
+  id, and a repeat is the identical event (same request id, decided_at, fencing token).
+* Decisions that are not stored (errors, expired requests) are published each time one is made,
+  with no message_id: each is an event of its own.
 """
 
 from __future__ import annotations
@@ -31,35 +37,51 @@ log = get_logger("vmsched.selector")
 
 
 class Events:
-    def __init__(self, bus: Bus, decisions: DecisionStore, timer: StageTimer) -> None:
+    def __init__(self, bus: Bus, decisions: DecisionStore, timer: StageTimer, claim_s: float) -> None:
         self.bus = bus
         self.decisions = decisions
         self.timer = timer
+        #: How long a replay's claim on re-publishing an event lasts: longer than a publish and its
+        #: marking take, so a live claimant is never overtaken.
+        self.claim_s = claim_s
 
     async def publish(self, decision: ScheduleDecision, stages: Stages) -> None:
-        """Publish the decision's event (confirmed when this returns)."""
+        """Publish the event of a decision that is not stored (confirmed when this returns)."""
         since = time.perf_counter()
         await self.bus.publish(c.decision_key(decision.cluster_id), decision)
         lap_all(self.timer, [stages], "publish", since)
 
-    async def publish_stored(self, decision: ScheduleDecision, stages: Stages) -> None:
-        """Publish a stored decision's event, then mark it published."""
-        await self.publish(decision, stages)
+    async def republish(self, decision: ScheduleDecision, stages: Stages) -> None:
+        """Publish a stored decision's owed event, if this replay wins the claim on it, then mark it
+        published."""
+        if not await self.claimed([decision.request_id]):
+            log.info("a stored decision's event is published by another replay", request_id=str(decision.request_id))
+            return
+        log.info("publishing a stored decision whose event was not confirmed", request_id=str(decision.request_id))
+        since = time.perf_counter()
+        await self.bus.publish(c.decision_key(decision.cluster_id), decision, message_id=dedup_id(decision))
+        lap_all(self.timer, [stages], "publish", since)
         await self.decisions.mark_published(decision.request_id)
+
+    async def claimed(self, request_ids: Sequence[UUID]) -> set[UUID]:
+        """The request ids whose owed events this replay claimed (no round trip for none)."""
+        if not request_ids:
+            return set()
+        won = await self.decisions.claim_republish(request_ids, self.claim_s)
+        return {r for r, ok in zip(request_ids, won, strict=True) if ok}
 
     async def publish_unconfirmed(self, request_id: UUID, stages: Stages) -> None:
         """Publish the stored decision if it is still not marked published."""
         current = await self.decisions.record(request_id)
         if current is not None and not current.published:
-            log.info("publishing a stored decision whose event was not confirmed")
-            await self.publish_stored(current.decision, stages)
+            await self.republish(current.decision, stages)
 
     async def found(self, found: StoredDecision, fingerprint: str, stages: Stages) -> Stored:
         """A decision stored by another handling, found while holding the cluster's lock: the other
         selector has left the lock, so an event still unconfirmed was never published (it died
         between storing and publishing) and is published now."""
         if owes_event(found, fingerprint):
-            await self.publish_stored(found.decision, stages)
+            await self.republish(found.decision, stages)
         return Stored(found, ours=False)
 
     async def decided_meanwhile(self, req: ScheduleRequest, fingerprint: str, stages: Stages) -> Stored | None:
@@ -73,27 +95,42 @@ class Events:
     async def publish_many(
         self, cluster: str, events: Sequence[tuple[ScheduleDecision, Stages] | None]
     ) -> dict[int, BaseException]:
-        """Publish the events side by side (their confirms overlap), then mark the confirmed ones
-        published in one write. Returns the failure of each position whose event was not confirmed
-        (its decision stays unmarked: a replay of the request id publishes it)."""
+        """Publish the stored decisions' events side by side (their confirms overlap) and mark them
+        published wave by wave as their confirms arrive, one write per wave: a selector killed
+        meanwhile repeats only the events taken by the broker and not yet marked. Returns the
+        failure of each position whose event was not confirmed (its decision stays unmarked: a
+        replay of the request id publishes it)."""
         since = time.perf_counter()
-        sent = await asyncio.gather(
-            *(self.bus.publish(c.decision_key(cluster), e[0]) for e in events if e is not None),
-            return_exceptions=True,
-        )
-        outcomes = iter(sent)
+        sending = {
+            asyncio.ensure_future(self.bus.publish(c.decision_key(cluster), e[0], message_id=dedup_id(e[0]))): i
+            for i, e in enumerate(events)
+            if e is not None
+        }
         failed: dict[int, BaseException] = {}
-        for i, event in enumerate(events):
-            if event is None:
-                continue
-            lap_all(self.timer, [event[1]], "publish", since)
-            result = next(outcomes)
-            if isinstance(result, BaseException):
-                failed[i] = result
-        await self.decisions.mark_published_many(
-            [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
-        )
+        waiting = set(sending)
+        try:
+            while waiting:
+                done, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                confirmed: list[UUID] = []
+                for task in done:
+                    i, event = sending[task], events[sending[task]]
+                    assert event is not None
+                    lap_all(self.timer, [event[1]], "publish", since)
+                    if (exc := task.exception()) is not None:
+                        failed[i] = exc
+                    else:
+                        confirmed.append(event[0].request_id)
+                await self.decisions.mark_published_many(confirmed)
+        finally:
+            for task in waiting:
+                task.cancel()
         return failed
 
 
-__all__ = ["Events"]
+def dedup_id(decision: ScheduleDecision) -> str:
+    """The dedup identity of a stored decision's event (its AMQP message_id): the request id, of
+    which there is one stored decision (docs/guarantees.md, "Decision events")."""
+    return str(decision.request_id)
+
+
+__all__ = ["Events", "dedup_id"]
