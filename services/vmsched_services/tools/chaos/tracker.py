@@ -7,10 +7,8 @@ applied)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import os
-import signal
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,10 +22,12 @@ from vmsched.settings import Settings
 from vmsched.store.keys import Keys
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.chaos.base import Result, experiment_settings, run_tag, running, timed
+from vmsched_services.tools.chaos.stream import kill_and_replace
+from vmsched_services.tools.procs import ServiceProcess
 
 
 async def tracker_kill(
-    base: Settings, log_dir: Path, *, kills: int = 3, report_every_s: float = 0.05, settle_s: float = 3.0
+    base: Settings, log_dir: Path, *, kills: int = 3, report_every_s: float = 0.05, settle_s: float = 3.0, seed: int = 4
 ) -> Result:
     """Kill the consuming one of two state trackers `kills` times (each replaced), `settle_s` apart,
     while one host is reported every `report_every_s`, each report with one more MB free."""
@@ -40,17 +40,18 @@ async def tracker_kill(
             stream = _Stream(client, redis, Keys.from_settings(settings), run_tag("tk"))
             tasks = [asyncio.create_task(stream.report(report_every_s)), asyncio.create_task(stream.observe())]
             takeovers: list[float] = []
+            rng = random.Random(seed)
             try:
                 await asyncio.sleep(settle_s)
-                for _ in range(kills):
+                while len(takeovers) < kills:
                     # The oldest: the broker hands the queue to consumers in the order they came,
                     # so from the second kill on it is the consuming one (the first may hit the
-                    # standby, which costs no takeover); the longest gap counts.
-                    victim = stack.live("state-tracker")[0]
+                    # standby, which costs no takeover); the longest gap counts. Only while the
+                    # other one consumes too (a replacement may still be starting).
                     killed_at, newest = time.monotonic(), max(stream.applied, default=-1)
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(victim.pid, signal.SIGKILL)
-                    stack.spawn("state-tracker")
+                    if await kill_and_replace(stack, "state-tracker", rng, prefer=_oldest) is None:
+                        await asyncio.sleep(0.5)
+                        continue
                     await asyncio.sleep(settle_s)
                     seen_at = min((t for i, t in stream.applied.items() if i > newest), default=None)
                     takeovers.append(settle_s if seen_at is None else seen_at - killed_at)
@@ -123,3 +124,7 @@ async def _until(done: Callable[[], bool], timeout_s: float) -> None:
     end = time.monotonic() + timeout_s
     while not done() and time.monotonic() < end:  # noqa: ASYNC110 (another task fills what done reads)
         await asyncio.sleep(0.05)
+
+
+async def _oldest(live: list[ServiceProcess]) -> ServiceProcess:
+    return live[0]
