@@ -206,7 +206,8 @@ class Bus(ABC):
         self, routing_key: str, event: Message, *, persistent: bool = True, message_id: str | None = None
     ) -> None:
         """Publish an event on the events exchange (publisher-confirmed). `message_id`: the event's
-        identity for subscribers that drop repeats (AMQP message_id; the in-memory bus has none)."""
+        identity for subscribers that drop repeats (AMQP message_id, a new one when None; the in-memory
+        bus has none)."""
 
     @abstractmethod
     async def subscribe(

@@ -13,7 +13,7 @@ store/decisions.py for the event rule, lifecycle.replay for who owes what).
 * The event of a stored decision carries its dedup identity: the AMQP message_id is the request
   id, and a repeat is the identical event (same request id, decided_at, fencing token).
 * Decisions that are not stored (errors, expired requests) are published each time one is made,
-  with no message_id: each is an event of its own.
+  each with a message_id of its own (one the client library makes up): each is an event of its own.
 """
 
 from __future__ import annotations
