@@ -338,3 +338,32 @@ async def test_a_claim_on_republishing_is_taken_once_until_its_lease_passes(life
     await lc.decisions.mark_published(t.req.request_id)
     await asyncio.sleep(0.4)
     assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [False]
+
+
+async def test_a_replay_finding_a_dead_replays_claim_publishes_the_event_once_the_claim_lapses(
+    life: Life, unique: str
+) -> None:
+    cluster = f"lc-{unique}"
+    lc = life.lifecycle
+    async with life.buses.client(life.cfg) as client:
+        await make_cluster(client, cluster, 2)
+        seen, follower = await follow(client, cluster)
+        t = turn(cluster, f"vm-{unique}")
+        theirs = unplaceable(
+            t.req,
+            time.perf_counter(),
+            Explanation(summary="stored", candidates=2),
+            policy="p",
+            version=1,
+            retried=False,
+        )
+        await lc.decisions.put(theirs, fingerprint=t.fingerprint)
+        # A replay claimed it and died before publishing: the engine's next try must not leave the
+        # event unpublished.
+        assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [True]
+        assert await lc.decide(t.req) == theirs
+        assert await events_of(seen, t.req.request_id) == [theirs]
+        record = await lc.decisions.record(t.req.request_id)
+        assert record is not None
+        assert record.published
+        follower.cancel()

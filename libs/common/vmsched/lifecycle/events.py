@@ -19,6 +19,7 @@ store/decisions.py for the event rule, lifecycle.replay for who owes what).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Sequence
 from uuid import UUID
@@ -32,6 +33,9 @@ from vmsched.logging import get_logger
 from vmsched.store import DecisionStore
 from vmsched.store.decisions import StoredDecision
 
+#: How often a replay looks again at an event another replay has claimed.
+_CLAIM_POLL_S = 0.05
+
 # Under the selector's name: the selector is the service whose work these lines report.
 log = get_logger("vmsched.selector")
 
@@ -42,7 +46,8 @@ class Events:
         self.decisions = decisions
         self.timer = timer
         #: How long a replay's claim on re-publishing an event lasts: longer than a publish and its
-        #: marking take, so a live claimant is never overtaken.
+        #: marking take (a slower claimant may be overtaken: one more repeat), short enough that a
+        #: replay finding the claim of a dead one waits little.
         self.claim_s = claim_s
 
     async def publish(self, decision: ScheduleDecision, stages: Stages) -> None:
@@ -55,20 +60,41 @@ class Events:
         """Publish a stored decision's owed event, if this replay wins the claim on it, then mark it
         published."""
         if not await self.claimed([decision.request_id]):
-            log.info("a stored decision's event is published by another replay", request_id=str(decision.request_id))
             return
         log.info("publishing a stored decision whose event was not confirmed", request_id=str(decision.request_id))
         since = time.perf_counter()
-        await self.bus.publish(c.decision_key(decision.cluster_id), decision, message_id=dedup_id(decision))
+        try:
+            await self.bus.publish(c.decision_key(decision.cluster_id), decision, message_id=dedup_id(decision))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await self.decisions.release_claim(decision.request_id)  # the next replay need not wait
+            raise
         lap_all(self.timer, [stages], "publish", since)
         await self.decisions.mark_published(decision.request_id)
 
     async def claimed(self, request_ids: Sequence[UUID]) -> set[UUID]:
-        """The request ids whose owed events this replay claimed (no round trip for none)."""
-        if not request_ids:
-            return set()
-        won = await self.decisions.claim_republish(request_ids, self.claim_s)
-        return {r for r, ok in zip(request_ids, won, strict=True) if ok}
+        """The request ids whose owed events this replay claimed (no round trip for none). One
+        claimed by another replay is waited for (at most twice the claim's lease): it ends marked
+        published (nothing to do), or its claimant died or failed and it is claimed here; this is
+        what keeps a dead claimant from leaving the event unpublished."""
+        won: set[UUID] = set()
+        left = list(request_ids)
+        end = time.monotonic() + 2 * self.claim_s
+        while left:
+            got = await self.decisions.claim_republish(left, self.claim_s)
+            won.update(r for r, ok in zip(left, got, strict=True) if ok)
+            left = [r for r, ok in zip(left, got, strict=True) if not ok]
+            if left:
+                records = await self.decisions.records(left)
+                left = [r for r, rec in zip(left, records, strict=True) if rec is not None and not rec.published]
+            if left and time.monotonic() > end:
+                log.warning(
+                    "stored decisions' events still claimed by another replay", request_ids=[str(r) for r in left]
+                )
+                break
+            if left:
+                await asyncio.sleep(_CLAIM_POLL_S)
+        return won
 
     async def publish_unconfirmed(self, request_id: UUID, stages: Stages) -> None:
         """Publish the stored decision if it is still not marked published."""
@@ -121,9 +147,15 @@ class Events:
                     else:
                         confirmed.append(event[0].request_id)
                 await self.decisions.mark_published_many(confirmed)
-        finally:
+        except asyncio.CancelledError:
             for task in waiting:
                 task.cancel()
+            raise
+        except Exception:
+            # A marking failed (Redis away): the events still in flight go out as they would have
+            # (unmarked: a replay re-publishes them), then the failure is the commit's.
+            await asyncio.gather(*waiting, return_exceptions=True)
+            raise
         return failed
 
 

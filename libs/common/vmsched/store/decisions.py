@@ -7,7 +7,8 @@ Each stored decision is a Redis hash under {prefix}:decision:{request_id}, kept 
                  different request is refused instead of answered with another request's decision;
 - `published`    "0" until its `decision.<cluster>` event is confirmed published, then "1";
 - `claimed`      while a replay re-publishes an event not marked published: until when (Redis
-                 time, ms) that replay has it (claim_republish), so two never re-publish together.
+                 time, ms) that replay has it (claim_republish), so two never re-publish together;
+                 deleted by a claimant whose publish failed (release_claim).
 
 The event rule (the selector follows it): exactly one event per stored decision, published by
 whoever stored it, then marked published as soon as its confirm arrives. A replay (a duplicate or
@@ -461,6 +462,10 @@ class DecisionStore:
             keys=[self._keys.decision(r) for r in request_ids], args=[max(1, int(lease_s * 1000))]
         )
         return [bool(claimed) for claimed in reply]
+
+    async def release_claim(self, request_id: UUID | str) -> None:
+        """Give up this replay's claim (its publish failed): the next replay need not wait for it."""
+        await self._redis.hdel(self._keys.decision(request_id), "claimed")
 
     async def delete(self, request_id: UUID | str) -> bool:
         return bool(await self._redis.delete(self._keys.decision(request_id)))
