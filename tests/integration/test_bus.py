@@ -727,7 +727,7 @@ async def test_an_event_goes_out_with_the_message_id_it_is_given(amqp_factory: A
         decision = schedule_decision(cluster_id=unique)
         await publisher.publish(c.decision_key(unique), decision, message_id=str(decision.request_id))
         await publisher.publish(c.decision_key(unique), decision)
-        got = []
+        got: list[str | None] = []
         async with asyncio.timeout(10):
             while len(got) < 2:
                 if (msg := await q.get(fail=False, no_ack=True)) is None:
