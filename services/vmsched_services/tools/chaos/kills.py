@@ -5,6 +5,7 @@ judge."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
 import time
@@ -180,7 +181,8 @@ class _DecisionEvents:
         count = -1
         while count != (count := sum(map(len, self.by_id.values()))):  # noqa: ASYNC110 (quiet, not a flag)
             await asyncio.sleep(quiet_s)
-        await self.sub.cancel()
+        with contextlib.suppress(Exception):  # its channel may be gone with a lost connection
+            await self.sub.cancel()
         conn = await aio_pika.connect(self.settings.amqp_url)
         try:
             await (await conn.channel()).queue_delete(self.settings.amqp_prefix + self.QUEUE)
