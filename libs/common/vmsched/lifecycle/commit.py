@@ -5,8 +5,8 @@ Under the cluster's lock, with its fencing token:
 1. the pending records of every placed VM of the group, in one write, fenced (store.pending);
 2. every decision, placed and unplaceable, in one write, fenced (store.decisions.put_many): a
    request id that already has a decision keeps it;
-3. their events published side by side, each marked published as its confirm arrives
-   (lifecycle.events); an event owed by a decision stored before, only if the commit claims it;
+3. their events published side by side, then marked published in one write (lifecycle.events);
+   an event owed by a decision stored before, only if the commit claims it;
 4. each request handed its stored decision; a waiting one its pending version (nothing to write).
 
 A newer lock holder (a token that is no longer the cluster's latest) refuses the commit: FencedOut,

@@ -11,7 +11,7 @@ Each stored decision is a Redis hash under {prefix}:decision:{request_id}, kept 
                  deleted by a claimant whose publish failed (release_claim).
 
 The event rule (the selector follows it): exactly one event per stored decision, published by
-whoever stored it, then marked published as soon as its confirm arrives. A replay (a duplicate or
+whoever stored it, then marked published once confirmed. A replay (a duplicate or
 a redelivered request) that finds the decision not marked published re-publishes it and marks it,
 but only if it wins the claim on it (claim_republish: one claimant at a time, none once marked):
 that recovers a selector that stored the decision and died before publishing. A replay that finds
