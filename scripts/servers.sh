@@ -2,6 +2,16 @@
 # Make sure RabbitMQ, Redis and PostgreSQL answer at the configured addresses, starting the local
 # Debian-packaged servers when they are installed but stopped. Exits non-zero, saying which server
 # is missing and how to get it, when one cannot be reached.
+#
+# What a restart of each server started here can lose (docs/operating.md, "What a server restart
+# loses", says what vmsched then does):
+# - Redis: started with the append-only file fsynced every second (appendonly yes, appendfsync
+#   everysec) under $REDIS_DATA_DIR (default .redis/ in the checkout): a restart loses at most the
+#   last second of writes. REDIS_PERSIST=no starts it without persistence (throwaway runs): a restart
+#   then loses everything (locks, pending records, decisions, the cluster state).
+# - RabbitMQ (the Debian package): durable queues and persistent messages are on disk in the
+#   node's directory and survive a restart; on one node, losing the node's disk loses them.
+# - PostgreSQL (the Debian package): policies are committed to disk; a restart loses nothing.
 set -uo pipefail
 
 amqp_url=${VMSCHED_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
@@ -65,7 +75,14 @@ ensure() { # name url default-port start-command...
 
 status=0
 ensure RabbitMQ "$amqp_url" 5672 rabbitmq-server -detached || status=1
-ensure Redis "$redis_url" 6379 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no || status=1
+redis_dir=${REDIS_DATA_DIR:-$(cd "$(dirname "$0")/.." && pwd)/.redis}
+if [[ ${REDIS_PERSIST:-yes} == no ]]; then
+  redis_persist=(--save "" --appendonly no)
+else
+  mkdir -p "$redis_dir"
+  redis_persist=(--save "" --appendonly yes --appendfsync everysec --dir "$redis_dir")
+fi
+ensure Redis "$redis_url" 6379 redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 "${redis_persist[@]}" || status=1
 pg_start() { pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | head -n1)" main start; }
 if command -v pg_ctlcluster >/dev/null 2>&1; then
   ensure PostgreSQL "$pg_url" 5432 pg_start || status=1

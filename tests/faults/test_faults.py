@@ -35,6 +35,12 @@ async def test_selector_kill(chaos_settings: Settings, tmp_path: Path) -> None:
     assert result.passed, _verdict(result.failures())
 
 
+async def test_tracker_kill(chaos_settings: Settings, tmp_path: Path) -> None:
+    """The consuming one of two state trackers SIGKILLed: no report lost or applied out of order."""
+    result = await run_short("tracker_kill", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())
+
+
 async def test_stale_holder(chaos_settings: Settings, tmp_path: Path) -> None:
     """A SIGSTOPped holder resumed after a takeover: every stale fenced write refused."""
     result = await run_short("stale_holder", chaos_settings, tmp_path)

@@ -717,6 +717,28 @@ async def test_undecodable_event_is_dead_lettered(amqp_factory: AmqpFactory, uni
     assert got == []
 
 
+async def test_an_event_goes_out_with_the_message_id_it_is_given(amqp_factory: AmqpFactory, unique: str) -> None:
+    publisher = await amqp_factory("publisher")
+    conn = await aio_pika.connect(amqp_factory.settings.amqp_url)
+    async with conn:
+        ch = await conn.channel()
+        q = await ch.declare_queue(exclusive=True, auto_delete=True)
+        await q.bind(f"{amqp_factory.settings.amqp_prefix}{c.EVENTS_EXCHANGE}", routing_key=c.decision_key(unique))
+        decision = schedule_decision(cluster_id=unique)
+        await publisher.publish(c.decision_key(unique), decision, message_id=str(decision.request_id))
+        await publisher.publish(c.decision_key(unique), decision)
+        got: list[str | None] = []
+        async with asyncio.timeout(10):
+            while len(got) < 2:
+                if (msg := await q.get(fail=False, no_ack=True)) is None:
+                    await asyncio.sleep(0.05)
+                else:
+                    got.append(msg.message_id)
+    # Without one, each event gets an id of its own (the client library makes one up).
+    assert got[0] == str(decision.request_id)
+    assert got[1] not in (None, got[0])
+
+
 async def _rabbitmqctl(*args: str) -> tuple[int, str]:
     proc = await asyncio.create_subprocess_exec(
         "rabbitmqctl", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT

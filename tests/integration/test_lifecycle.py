@@ -6,6 +6,7 @@ and a weigher run in this process; the lifecycle is built here on a runtime of i
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -265,3 +266,86 @@ async def test_the_commit_refuses_a_stale_token_for_placed_and_unplaceable_outco
     ]
     records = await lc.decisions.records([placed.req.request_id, refused.req.request_id])
     assert [r.published if r is not None else None for r in records] == [True, True]
+
+
+@contextlib.asynccontextmanager
+async def watching(life: Life, unique: str) -> AsyncIterator[tuple[Turn, list[ScheduleDecision]]]:
+    """A turn on a cluster of two hosts of its own, and every decision event of the cluster."""
+    cluster = f"lc-{unique}"
+    async with life.buses.client(life.cfg) as client:
+        await make_cluster(client, cluster, 2)
+        seen, follower = await follow(client, cluster)
+        try:
+            yield turn(cluster, f"vm-{unique}"), seen
+        finally:
+            follower.cancel()
+
+
+async def stored_before(lc: Lifecycle, t: Turn) -> ScheduleDecision:
+    """An unplaceable decision for the turn's request, stored (not marked published) as if by
+    another selector."""
+    d = unplaceable(
+        t.req, time.perf_counter(), Explanation(summary="stored", candidates=2), policy="p", version=1, retried=False
+    )
+    await lc.decisions.put(d, fingerprint=t.fingerprint)
+    return d
+
+
+async def test_replays_and_recovery_never_publish_again_a_decision_marked_published(life: Life, unique: str) -> None:
+    lc = life.lifecycle
+    async with watching(life, unique) as (t, seen):
+        first = await stored_before(lc, t)
+        assert await lc.decisions.mark_published(t.req.request_id)
+        # Every way a replay or a recovery meets the decision: the same request again (side by
+        # side), the owed-event check of a replay, a commit finding it stored, a claim.
+        assert list(await asyncio.gather(lc.decide(t.req), lc.decide(t.req))) == [first, first]
+        await lc.events.publish_unconfirmed(t.req.request_id, {})
+        async with lc.locks.hold(t.req.cluster_id) as lease:
+            await lc.commit(t.req.cluster_id, lease.token, [unplaceable_verdict(t)])
+        result = t.done.result()
+        assert isinstance(result, Stored)
+        assert (result.ours, result.record.decision) == (False, first)
+        assert await lc.decisions.claim_republish([t.req.request_id], 10.0) == [False]
+        assert await events_of(seen, t.req.request_id, n=1) == []
+
+
+async def test_an_unmarked_decision_found_by_concurrent_replays_is_published_once(life: Life, unique: str) -> None:
+    lc = life.lifecycle
+    async with watching(life, unique) as (t, seen):
+        # Its storer died before publishing: replays with and without the lock find it unmarked.
+        theirs = await stored_before(lc, t)
+        await asyncio.gather(*(lc.events.publish_unconfirmed(t.req.request_id, {}) for _ in range(4)), lc.decide(t.req))
+        assert await events_of(seen, t.req.request_id, n=2) == [theirs]
+        record = await lc.decisions.record(t.req.request_id)
+        assert record is not None
+        assert record.published
+
+
+async def test_a_claim_on_republishing_is_taken_once_until_its_lease_passes(life: Life, unique: str) -> None:
+    lc = life.lifecycle
+    t = turn(f"lc-{unique}", f"vm-{unique}")
+    await stored_before(lc, t)
+    absent = uuid.uuid4()
+    assert await lc.decisions.claim_republish([t.req.request_id, absent], 0.3) == [True, False]
+    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [False]
+    await asyncio.sleep(0.4)  # the claimant died: the next replay may claim it
+    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [True]
+    await lc.decisions.mark_published(t.req.request_id)
+    await asyncio.sleep(0.4)
+    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [False]
+
+
+async def test_a_replay_finding_a_dead_replays_claim_publishes_the_event_once_the_claim_lapses(
+    life: Life, unique: str
+) -> None:
+    lc = life.lifecycle
+    async with watching(life, unique) as (t, seen):
+        theirs = await stored_before(lc, t)
+        # A replay claimed it and died before publishing: the engine's next try must not leave the
+        # event unpublished.
+        assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [True]
+        assert await lc.decide(t.req) == theirs
+        assert await events_of(seen, t.req.request_id) == [theirs]
+        record = await lc.decisions.record(t.req.request_id)
+        assert record is not None
+        assert record.published

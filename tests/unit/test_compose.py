@@ -25,7 +25,7 @@ DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
 
 APP_SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor", "policy-admin")
-REPLICATED = ("filter-worker", "weigher")
+REPLICATED = ("filter-worker", "weigher", "state-tracker")
 INFRA_SERVICES = ("rabbitmq", "redis", "postgres")
 EXPECTED_URLS = {
     "VMSCHED_AMQP_URL": "amqp://guest:guest@rabbitmq:5672/",
@@ -216,6 +216,41 @@ def test_postgres_matches_the_service_url(services: dict[str, dict[str, Any]]) -
     env = _environment(services["postgres"])
     assert env.get("POSTGRES_DB") == "vmsched"
     assert env.get("POSTGRES_HOST_AUTH_METHOD") == "trust"
+
+
+def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:
+    """Named volumes of a service as {volume: path in the container} (short "name:/path" form)."""
+    out = {}
+    for v in service.get("volumes", []):
+        source, target = (v["source"], v["target"]) if isinstance(v, dict) else str(v).split(":")[:2]
+        out[source] = target
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "data_dir"),
+    [("redis", "/data"), ("rabbitmq", "/var/lib/rabbitmq"), ("postgres", "/var/lib/postgresql/data")],
+)
+def test_every_server_keeps_its_data_on_a_named_volume(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]], name: str, data_dir: str
+) -> None:
+    mounts = _volume_mounts(services[name])
+    assert data_dir in mounts.values(), f"{name} keeps {data_dir} in the container only: a recreate loses it"
+    volume = next(v for v, path in mounts.items() if path == data_dir)
+    assert volume in (compose.get("volumes") or {}), f"{name}: {volume} is not a named volume"
+
+
+def test_redis_writes_an_append_only_file_fsynced_every_second(services: dict[str, dict[str, Any]]) -> None:
+    argv = _exec_form(services["redis"].get("command", []))
+    assert argv[:1] == ["redis-server"]
+    options = dict(zip(argv[1::2], argv[2::2], strict=False))
+    assert options.get("--appendonly") == "yes"
+    assert options.get("--appendfsync") == "everysec"
+
+
+def test_rabbitmq_has_a_fixed_node_name(services: dict[str, dict[str, Any]]) -> None:
+    # Its data directory is named after the node, which defaults to the container's hostname.
+    assert services["rabbitmq"].get("hostname") == "rabbitmq"
 
 
 def test_every_dependency_exists(services: dict[str, dict[str, Any]]) -> None:

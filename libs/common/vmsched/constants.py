@@ -79,6 +79,11 @@ POLICY_CHANGED: Final = "policy.changed"
 #: Durable queue of the state tracker: every engine state report, in order.
 STATE_EVENTS_QUEUE: Final = "vmsched.state-tracker.events"
 STATE_EVENTS_BINDING: Final = "state.#"
+#: Durable queues whose consumers take turns (RabbitMQ's single active consumer): the broker
+#: delivers to one of them at a time, in queue order, and hands the queue (with what the active one
+#: held unacknowledged, back in order) to the next when that one goes. Several state trackers can
+#: then run: one applies the reports in the order the engine published them, the others stand by.
+SINGLE_ACTIVE_QUEUES: Final = frozenset({STATE_EVENTS_QUEUE})
 
 
 def host_report_key(cluster_id: str) -> str:

@@ -1,4 +1,5 @@
-"""state-tracker: the one writer of cluster state.
+"""state-tracker: the writer of cluster state (several may run: they take turns on the state queue,
+one active consumer at a time, constants.SINGLE_ACTIVE_QUEUES; the others stand by).
 
 Consumes the engine's reports (state.cluster.*, state.host.*, state.vm.*) and removals
 (state.host-removed.*, state.cluster-removed.*) from a durable queue, keeps every cluster versioned

@@ -222,8 +222,12 @@ class Bus(ABC):
         """Answer `route` requests with `handler` (competing with other processes serving it)."""
 
     @abstractmethod
-    async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
-        """Publish an event on the events exchange (publisher-confirmed)."""
+    async def publish(
+        self, routing_key: str, event: Message, *, persistent: bool = True, message_id: str | None = None
+    ) -> None:
+        """Publish an event on the events exchange (publisher-confirmed). `message_id`: the event's
+        identity for subscribers that drop repeats (AMQP message_id, a new one when None; the in-memory
+        bus has none)."""
 
     @abstractmethod
     async def subscribe(
@@ -236,8 +240,10 @@ class Bus(ABC):
     ) -> Subscription:
         """Receive events matching `bindings` (topic patterns).
 
-        `queue` names a durable queue shared by competing consumers (it survives restarts); None
-        gives this process its own exclusive queue that lives as long as the subscription.
+        `queue` names a durable queue shared by competing consumers (it survives restarts), or by
+        consumers taking turns for the queues of constants.SINGLE_ACTIVE_QUEUES (on RabbitMQ; the
+        in-memory bus has one consumer per queue in practice); None gives this process its own
+        exclusive queue that lives as long as the subscription.
         """
 
     async def pause_consuming(self) -> None:

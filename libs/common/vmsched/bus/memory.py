@@ -288,7 +288,9 @@ class MemoryBus(Bus):
 
         return await self._consume(self.broker.route(route), handle)
 
-    async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
+    async def publish(
+        self, routing_key: str, event: Message, *, persistent: bool = True, message_id: str | None = None
+    ) -> None:
         self._check_open()
         body, type_ = encode(event), type_name(event)
         self._route_event(routing_key, body, type_)

@@ -6,6 +6,7 @@ Under the cluster's lock, with its fencing token:
 2. every decision, placed and unplaceable, in one write, fenced (store.decisions.put_many): a
    request id that already has a decision keeps it;
 3. their events published side by side, then marked published in one write (lifecycle.events);
+   an event owed by a decision stored before, only if the commit claims it;
 4. each request handed its stored decision; a waiting one its pending version (nothing to write).
 
 A newer lock holder (a token that is no longer the cluster's latest) refuses the commit: FencedOut,
@@ -68,12 +69,18 @@ class Commit:
             token=token,
             ttl_s=self.decision_ttl_s,
         )
-        # Exactly one event per stored decision: ours, or one stored before for the same request
-        # whose event was never confirmed.
-        events: list[tuple[ScheduleDecision, Stages] | None] = []
-        for v, (created, record) in zip(verdicts, stored, strict=True):
-            event = event_of(created, record, v.turn.fingerprint)
-            events.append(None if event is None else (event, v.turn.stages))
+        # One event per stored decision: ours, or one stored before for the same request whose
+        # event was never confirmed, if this commit wins the claim on re-publishing it.
+        due = [
+            event_of(created, record, v.turn.fingerprint) for v, (created, record) in zip(verdicts, stored, strict=True)
+        ]
+        claimed = await self.events.claimed(
+            [e.request_id for e, (created, _) in zip(due, stored, strict=True) if e is not None and not created]
+        )
+        events: list[tuple[ScheduleDecision, Stages] | None] = [
+            (e, v.turn.stages) if e is not None and (created or e.request_id in claimed) else None
+            for e, v, (created, _) in zip(due, verdicts, stored, strict=True)
+        ]
         failed = await self.events.publish_many(cluster, events)
         for i, (v, (created, record)) in enumerate(zip(verdicts, stored, strict=True)):
             if i in failed:

@@ -69,7 +69,9 @@ class Lifecycle:
         self.locks = locks
         self.pending = pending
         self.decisions = decisions
-        self.events = Events(bus, decisions, timer)
+        # A claim on re-publishing lasts about two lock leases: far longer than a publish and its
+        # marking take, and a replay finding a dead claimant's claim waits for no more than that.
+        self.events = Events(bus, decisions, timer, claim_s=2 * settings.lock_lease_s)
         self.commit = Commit(pending, decisions, self.events, timer, settings.decision_ttl_s)
         self.groups = Groups(
             settings,

@@ -5,16 +5,21 @@ Each stored decision is a Redis hash under {prefix}:decision:{request_id}, kept 
 - `decision`     the ScheduleDecision JSON;
 - `fingerprint`  what the request asked (request_fingerprint), so a request id reused for a
                  different request is refused instead of answered with another request's decision;
-- `published`    "0" until its `decision.<cluster>` event is confirmed published, then "1".
+- `published`    "0" until its `decision.<cluster>` event is confirmed published, then "1";
+- `claimed`      while a replay re-publishes an event not marked published: until when (Redis
+                 time, ms) that replay has it (claim_republish), so two never re-publish together;
+                 deleted by a claimant whose publish failed (release_claim).
 
 The event rule (the selector follows it): exactly one event per stored decision, published by
-whoever stored it, then marked published. A replay (a duplicate or a redelivered request) that
-finds the decision not marked published publishes it and marks it: that recovers a selector that
-stored the decision and died before publishing. A replay that finds it marked does not publish
-again. Redis and RabbitMQ cannot commit together, so a crash between the publish and the marking
-repeats the event once (so does a selector frozen past its lock lease between storing and
-publishing, that resumes after a replay published); events carry the request id, so a subscriber
-can drop the repeat.
+whoever stored it, then marked published once confirmed. A replay (a duplicate or
+a redelivered request) that finds the decision not marked published re-publishes it and marks it,
+but only if it wins the claim on it (claim_republish: one claimant at a time, none once marked):
+that recovers a selector that stored the decision and died before publishing. A replay that finds
+it marked does not publish again. Redis and RabbitMQ cannot commit together, so a crash between the
+broker taking the event and the marking repeats the event once per such crash (so does a selector
+frozen past its lock lease between storing and publishing, that resumes after a replay published);
+a repeat is the identical event with the same dedup identity (the request id, also the AMQP
+message_id), so a subscriber can drop it (docs/guarantees.md).
 Decisions that are not stored (errors, expired requests) are published each time they are made.
 
 Writes are fenced like pending resources: `put` stores only if the request id has no decision yet
@@ -182,6 +187,24 @@ end
 return out
 """
 
+# KEYS decisions; ARGV[1] the claim's lease, ms. Claims each decision not marked published whose
+# claim (if any) has lapsed, until Redis time + lease. Returns per decision 1 if this call claimed it,
+# 0 if it is marked published, claimed by another, gone, or a record of the older layout.
+_CLAIM_MANY = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = 0
+  if redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'published') ~= '1'
+      and tonumber(redis.call('HGET', key, 'claimed') or '0') < ms then
+    redis.call('HSET', key, 'claimed', ms + tonumber(ARGV[1]))
+    out[i] = 1
+  end
+end
+return out
+"""
+
 # KEYS[1] the cluster's history; ARGV[1] how many, ARGV[2] the decision keys' prefix (the history
 # names request ids: the keys are built here so the whole read is one script). Returns
 # {request id, read(key)} per id, newest first; ids whose decision expired are dropped from the
@@ -281,6 +304,7 @@ class DecisionStore:
         self._put = redis.register_script(_PUT)
         self._put_many = redis.register_script(_PUT_MANY)
         self._mark_many = redis.register_script(_MARK_MANY)
+        self._claim_many = redis.register_script(_CLAIM_MANY)
 
     async def get(self, request_id: UUID | str) -> ScheduleDecision | None:
         record = await self.record(request_id)
@@ -426,6 +450,22 @@ class DecisionStore:
             return []
         reply = await self._mark_many(keys=[self._keys.decision(r) for r in request_ids])
         return [bool(marked) for marked in reply]
+
+    async def claim_republish(self, request_ids: Sequence[UUID | str], lease_s: float) -> list[bool]:
+        """Claim the re-publishing of each decision's owed event, in one round trip: True for each
+        that this call claimed (not marked published, and no other claim within its `lease_s`), in
+        order. Two replays finding the same unmarked decision thus never both publish it; a claimant
+        that dies leaves it to the next replay once its lease has passed."""
+        if not _ids(request_ids):
+            return []
+        reply = await self._claim_many(
+            keys=[self._keys.decision(r) for r in request_ids], args=[max(1, int(lease_s * 1000))]
+        )
+        return [bool(claimed) for claimed in reply]
+
+    async def release_claim(self, request_id: UUID | str) -> None:
+        """Give up this replay's claim (its publish failed): the next replay need not wait for it."""
+        await self._redis.hdel(self._keys.decision(request_id), "claimed")
 
     async def delete(self, request_id: UUID | str) -> bool:
         return bool(await self._redis.delete(self._keys.decision(request_id)))

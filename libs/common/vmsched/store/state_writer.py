@@ -1,12 +1,13 @@
 """The cluster state's single writer: StateWriter, which applies engine reports (the state tracker only).
 
-Exactly one state-tracker process writes a given cluster (the state tracker consumes one durable
-queue, in order). The writer keeps the cluster in memory and derives host aggregates from it; it
-loads from Redis at start (so state survives a tracker restart). As a guard, not as a way to run
-several writers, each write names the version it was computed from and is refused if Redis has
-moved on; the writer then reloads the cluster and applies the report once more (reports are
-absolute states, so applying one again is harmless). The layout it writes is described in
-vmsched.store.state_scripts.
+One state-tracker process writes at a time: the trackers take turns on one durable queue (a
+single active consumer, constants.SINGLE_ACTIVE_QUEUES), so reports are applied in order. The
+writer keeps the cluster in memory and derives host aggregates from it; it loads from Redis at
+start (so state survives a tracker restart). As a guard, not as a way to run writers side by side
+(a standby taking over finds Redis ahead of what it loaded), each write names the version it was
+computed from and is refused if Redis has moved on; the writer then reloads the cluster and applies
+the report once more (reports are absolute states, so applying one again is harmless). The layout
+it writes is described in vmsched.store.state_scripts.
 """
 
 from __future__ import annotations

@@ -184,7 +184,9 @@ EVENTS: list[tuple[str, str, type[Message], str, str]] = [
         c.DECISION_PREFIX + ".{clusterId}",
         ScheduleDecision,
         "send",
-        "Every schedule decision, as an event.",
+        "Every schedule decision, as an event: one per stored (placed or unplaceable) decision, its AMQP "
+        "message_id the request id, repeated only after a selector crash and then identical (drop repeats "
+        "by message_id); an error or expired decision each time one is made, with a message_id of its own.",
     ),
     (
         "policyChanged",

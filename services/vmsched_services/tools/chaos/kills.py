@@ -5,6 +5,7 @@ judge."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import re
 import time
@@ -12,6 +13,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import aio_pika
+
+from vmsched import constants as c
+from vmsched.bus import Subscription
+from vmsched.contracts import DecisionStatus, ScheduleDecision
 from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
@@ -120,6 +126,7 @@ async def selector_kill(
                 ClusterLock(redis, settings, recover=Recovery.standalone(redis, settings, "chaos")),
                 _cluster_ids(stage.hosts),
             )
+            seen = await _DecisionEvents.watch(settings, stage)
             try:
                 async with periodically(kill_every_s, rng, killer.kill):
                     await drive(
@@ -133,14 +140,75 @@ async def selector_kill(
                     )
             finally:
                 await redis.aclose()
+            await seen.settle()
             await _selector_kill_figures(res, settings, stage, outcomes, killer, bound)
+            seen.figures(res, outcomes)
         res.check("over_committed_hosts", "==", 0)
         res.check("duplicate_placements", "==", 0)
         res.check("lost", "==", 0)
         res.check_timing("answered_within_5s_pct", ">=", 99.0, short_bound=50.0)
         res.check_timing("latency_max_s", "<=", bound, short_bound=give_up_s)
         res.check("kills", ">=", 1)
+        # Events: at least one per stored decision, and a repeat is the same event again.
+        res.check("stored_decisions_without_event", "==", 0)
+        res.check("repeated_events_differing", "==", 0)
     return res
+
+
+#: The statuses of stored decisions: one event each, repeated only as the identical event.
+_STORED = frozenset({DecisionStatus.PLACED, DecisionStatus.UNPLACEABLE})
+
+
+@dataclass
+class _DecisionEvents:
+    """Every `decision.*` event of stored decisions seen during the experiment, by request id."""
+
+    settings: Settings
+    sub: Subscription
+    by_id: dict[str, list[ScheduleDecision]] = field(default_factory=dict)
+
+    #: A durable queue of the experiment's own (deleted in `settle`): events published while the
+    #: watcher's connection is re-established wait there instead of passing for never published.
+    QUEUE = "chaos-decision-watch"
+
+    @classmethod
+    async def watch(cls, settings: Settings, stage: Stage) -> _DecisionEvents:
+        seen: dict[str, list[ScheduleDecision]] = {}
+
+        async def on_event(event: ScheduleDecision) -> None:
+            if event.status in _STORED:
+                seen.setdefault(str(event.request_id), []).append(event)
+
+        sub = await stage.client.bus.subscribe([c.decision_key("*")], [ScheduleDecision], on_event, queue=cls.QUEUE)
+        return cls(settings, sub, seen)
+
+    async def settle(self, quiet_s: float = 1.0) -> None:
+        """Wait until no event has arrived for `quiet_s` (the last ones still in flight), then stop."""
+        count = -1
+        while count != (count := sum(map(len, self.by_id.values()))):  # noqa: ASYNC110 (quiet, not a flag)
+            await asyncio.sleep(quiet_s)
+        with contextlib.suppress(Exception):  # its channel may be gone with a lost connection
+            await self.sub.cancel()
+        conn = await aio_pika.connect(self.settings.amqp_url)
+        try:
+            await (await conn.channel()).queue_delete(self.settings.amqp_prefix + self.QUEUE)
+        finally:
+            await conn.close()
+
+    def figures(self, res: Result, outcomes: list[Outcome]) -> None:
+        """Events per stored decision: repeats (how many, the most of one request id), repeats that
+        are not the identical event (the dedup identity, request id, would hide a different one),
+        and stored decisions the engine was answered with that never had an event."""
+        repeats = {rid: events for rid, events in self.by_id.items() if len(events) > 1}
+        stored = [o for o in outcomes if o.decision is not None and o.decision.status in _STORED]
+        res.figures["decision_events"] = sum(map(len, self.by_id.values()))
+        res.figures["repeated_events"] = sum(len(e) - 1 for e in repeats.values())
+        res.figures["request_ids_repeated"] = len(repeats)
+        res.figures["events_per_request_id_max"] = max(map(len, self.by_id.values()), default=0)
+        res.figures["repeated_events_differing"] = sum(
+            any(e != events[0] for e in events[1:]) for events in repeats.values()
+        )
+        res.figures["stored_decisions_without_event"] = sum(str(o.request_id) not in self.by_id for o in stored)
 
 
 def _cluster_ids(hosts: list[Host]) -> list[str]:

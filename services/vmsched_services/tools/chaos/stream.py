@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, VmReport, VmStatus
+from vmsched.errors import BusUnavailable
 from vmsched_services.tools.chaos.base import (
     Outcome,
     Result,
@@ -51,19 +52,32 @@ async def drive(
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
         if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
             for p in o.decision.placements:
-                await client.report_vm(
-                    VmReport(
-                        cluster_id=o.cluster_id,
-                        vm_id=p.vm_id,
-                        status=VmStatus.RUNNING,
-                        host_id=p.host_id,
-                        mem_mb=o.vm.mem_mb,
-                        overhead_mb=o.vm.overhead_mb,
-                        vcpus=o.vm.vcpus,
-                    )
+                report = VmReport(
+                    cluster_id=o.cluster_id,
+                    vm_id=p.vm_id,
+                    status=VmStatus.RUNNING,
+                    host_id=p.host_id,
+                    mem_mb=o.vm.mem_mb,
+                    overhead_mb=o.vm.overhead_mb,
+                    vcpus=o.vm.vcpus,
                 )
+                await _report_with_retries(client, report, give_up_after)
 
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
+
+
+async def _report_with_retries(client: SchedulerClient, report: VmReport, give_up_after: float) -> None:
+    """Publish the report, again while the client's connection is being re-established (as an
+    engine would): the experiment is about the services' faults, not its own client's."""
+    end = time.monotonic() + give_up_after
+    while True:
+        try:
+            await client.report_vm(report)
+            return
+        except BusUnavailable:
+            if time.monotonic() > end:
+                raise
+            await asyncio.sleep(0.2)
 
 
 async def kill_and_replace(

@@ -79,8 +79,10 @@ class AmqpBus(Bus):
         return self._keep(await self._kept(await serve(self.link, self.dispatcher, route, request_type, handler)))
 
     # ------------------------------------------------------------------ events
-    async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
-        await self.events.publish(routing_key, event, persistent=persistent)
+    async def publish(
+        self, routing_key: str, event: Message, *, persistent: bool = True, message_id: str | None = None
+    ) -> None:
+        await self.events.publish(routing_key, event, persistent=persistent, message_id=message_id)
 
     async def subscribe(
         self,

@@ -75,6 +75,8 @@ class BrokerLink:
         #: False when an older dead-letter queue (declared with other arguments) is used as it is.
         self.dead_letter_queue_bounded = True
         self._dlq_warned = False
+        #: Queues of SINGLE_ACTIVE_QUEUES that exist without taking turns (older, used as they are).
+        self._competing: set[str] = set()
 
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
@@ -162,6 +164,35 @@ class BrokerLink:
         await ch.declare_exchange(self.name(c.EVENTS_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await ch.declare_exchange(self.name(c.DEAD_LETTER_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await self.declare_dead_letter_queue()
+
+    async def named_queue_arguments(self, raw: str) -> dict[str, Any]:
+        """The arguments to declare the durable queue `raw` with: queue_arguments(), plus a single
+        active consumer for SINGLE_ACTIVE_QUEUES. A queue of those that exists without it (declared
+        by an older version) is used as it is, with a warning: its consumers then compete, and
+        only one of them must run. Probed on a throwaway channel (a refusal closes it)."""
+        args = self.queue_arguments()
+        name = self.name(raw)
+        if raw not in c.SINGLE_ACTIVE_QUEUES or name in self._competing:
+            return args
+        wanted = {**args, "x-single-active-consumer": True}
+        ch = await self.plain_connection().channel()
+        try:
+            await ch.queue_declare(name, durable=True, arguments=wanted)
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            self._competing.add(name)
+            log.warning(
+                "the queue exists without a single active consumer; using it as it is: run one consumer only",
+                queue=name,
+                broker_said=str(exc),
+                to_migrate=(
+                    f"stop its consumers, let it drain, delete it (rabbitmqctl delete_queue {name}) and restart them"
+                ),
+            )
+            return args
+        finally:
+            with contextlib.suppress(Exception):
+                await ch.close()
+        return wanted
 
     async def declare_dead_letter_queue(self) -> None:
         """Declare and bind the dead-letter queue; keep an existing one declared with other arguments.

@@ -35,7 +35,9 @@ class Events:
         """Take the events exchange on `ch` (the publishing channel)."""
         self._exchange = await ch.get_exchange(self.link.name(c.EVENTS_EXCHANGE), ensure=False)
 
-    async def publish(self, routing_key: str, event: Message, *, persistent: bool = True) -> None:
+    async def publish(
+        self, routing_key: str, event: Message, *, persistent: bool = True, message_id: str | None = None
+    ) -> None:
         assert self._exchange is not None
         bound_s = self.link.settings.rpc_timeout_s
         await self.link.ready(bound_s)
@@ -46,6 +48,7 @@ class Events:
                         encode(event),
                         content_type=CONTENT_TYPE,
                         type=type_name(event),
+                        message_id=message_id,
                         delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
                     ),
                     routing_key=routing_key,
@@ -75,7 +78,8 @@ class Events:
                 if queue is None:
                     q = await ch.declare_queue(exclusive=True, auto_delete=True, arguments=link.queue_arguments())
                 else:
-                    q = await ch.declare_queue(link.name(queue), durable=True, arguments=link.queue_arguments())
+                    arguments = await link.named_queue_arguments(queue)
+                    q = await ch.declare_queue(link.name(queue), durable=True, arguments=arguments)
                 for binding in bindings:
                     await q.bind(events, routing_key=binding)
                 queue_name = q.name
