@@ -80,7 +80,9 @@ async def life(request: pytest.FixtureRequest, stack: Settings, buses: Buses) ->
     cfg = stack.model_copy(update={"place_in_worker": request.param})
     rt = await buses.runtime(cfg, "lifecycle-test")
     timer = Recorder()
-    lifecycle = Lifecycle.open(rt.bus, rt.redis, cfg, state=rt.state, policies=Policies(), timer=timer)
+    lifecycle = Lifecycle.open(
+        rt.bus, rt.redis, cfg, state=rt.state, policies=Policies(), timer=timer, recover=rt.recovery
+    )
     yield Life(cfg, buses, lifecycle, timer)
     await rt.close()
 
