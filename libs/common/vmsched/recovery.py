@@ -102,7 +102,7 @@ class Recovery:
         while no engine listened would otherwise be lost). The clusters come from PostgreSQL: Redis
         forgot which clusters it had. Returns how many were asked."""
         asked = 0
-        for cluster_id in await GenerationLedger(await self._pool()).clusters():
+        for cluster_id in await GenerationLedger(await self._pool()).lost():
             generation = await self.markers.resync_generation(cluster_id)
             if generation is not None:
                 await self.request_resync(cluster_id, generation)

@@ -41,9 +41,10 @@ class GenerationLedger:
         row = await self._pool.fetchrow(_ADVANCE, cluster_id)
         return Advanced(int(row["generation"]), known=not row["inserted"])
 
-    async def clusters(self) -> list[str]:
-        """Every cluster that has a generation (every cluster Redis ever held, gone or not)."""
-        rows = await self._pool.fetch("SELECT cluster_id FROM redis_generation ORDER BY cluster_id")
+    async def lost(self) -> list[str]:
+        """Every cluster Redis ever forgot (a generation past the first): the only ones that can be
+        waiting for a full report."""
+        rows = await self._pool.fetch("SELECT cluster_id FROM redis_generation WHERE generation > 0 ORDER BY 1")
         return [str(r["cluster_id"]) for r in rows]
 
     async def current(self, cluster_id: str) -> int | None:
