@@ -45,11 +45,11 @@ class Events:
     async def publish_stored(self, decision: ScheduleDecision, stages: Stages) -> None:
         """Publish a stored decision's event, then mark it published."""
         await self.publish(decision, stages)
-        await self.decisions.mark_published(decision.request_id)
+        await self.decisions.mark_published(decision.cluster_id, decision.request_id)
 
-    async def publish_unconfirmed(self, request_id: UUID, stages: Stages) -> None:
+    async def publish_unconfirmed(self, cluster_id: str, request_id: UUID, stages: Stages) -> None:
         """Publish the stored decision if it is still not marked published."""
-        current = await self.decisions.record(request_id)
+        current = await self.decisions.record(cluster_id, request_id)
         if current is not None and not current.published:
             log.info("publishing a stored decision whose event was not confirmed")
             await self.publish_stored(current.decision, stages)
@@ -65,7 +65,7 @@ class Events:
     async def decided_meanwhile(self, req: ScheduleRequest, fingerprint: str, stages: Stages) -> Stored | None:
         """The decision another handling stored for this request id while this one waited for the
         lock; None if there is none."""
-        record = await self.decisions.record(req.request_id)
+        record = await self.decisions.record(req.cluster_id, req.request_id)
         if record is None:
             return None
         return await self.found(record, fingerprint, stages)
@@ -91,7 +91,7 @@ class Events:
             if isinstance(result, BaseException):
                 failed[i] = result
         await self.decisions.mark_published_many(
-            [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
+            cluster, [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
         )
         return failed
 

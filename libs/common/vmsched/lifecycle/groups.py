@@ -103,7 +103,7 @@ class Groups:
             # decided while it waited, side by side.
             (pending_version, pending, version), records = await asyncio.gather(
                 self.pending.snapshot_with_state(cluster),
-                self.decisions.records([turn.req.request_id for turn in group]),
+                self.decisions.records(cluster, [turn.req.request_id for turn in group]),
             )
             if version is None:
                 raise UnknownCluster(f"no state reported for cluster {cluster}", location="cluster_id")

@@ -138,6 +138,8 @@ class StateWriter:
         self._remove_cluster = redis.register_script(REMOVE_CLUSTER)
         self._clusters: dict[str, _Cluster] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        #: Clusters this writer has put in the clusters set (see _list).
+        self._listed: set[str] = set()
 
     # ------------------------------------------------------------------ loading
     async def load(self, cluster_ids: Iterable[str] | None = None) -> list[str]:
@@ -254,11 +256,13 @@ class StateWriter:
                     k.state_vms(cluster_id),
                     k.state_cluster(cluster_id),
                     k.state_changes(cluster_id),
-                    k.clusters(),
                     k.state_removed(cluster_id),
                 ],
-                args=[cluster_id],
             )
+            # After the script: a failure here leaves a listed cluster without state, which a
+            # retried removal takes out; never a cluster with state that is not listed.
+            self._listed.discard(cluster_id)
+            await self._redis.srem(k.clusters(), cluster_id)
             return int(had)
 
     # ------------------------------------------------------------------ reading (memory)
@@ -351,6 +355,7 @@ class StateWriter:
         args.append(len(w.hosts_deleted))
         args += w.hosts_deleted
         cid = c.cluster_id
+        await self._list(cid)
         ok, version = await self._apply(
             keys=[
                 self._keys.state_version(cid),
@@ -358,7 +363,6 @@ class StateWriter:
                 self._keys.state_vms(cid),
                 self._keys.state_cluster(cid),
                 self._keys.state_changes(cid),
-                self._keys.clusters(),
                 self._keys.state_removed(cid),
             ],
             args=args,
@@ -367,6 +371,14 @@ class StateWriter:
             return None
         c.version = int(version)
         return c.version
+
+    async def _list(self, cluster_id: str) -> None:
+        """Put the cluster in the clusters set before its first write by this writer. Not in the
+        apply script: the set is shared by every cluster, so on Redis Cluster it lives in another
+        slot than the cluster's keys, and a script must not touch keys of two slots."""
+        if cluster_id not in self._listed:
+            await self._redis.sadd(self._keys.clusters(), cluster_id)
+            self._listed.add(cluster_id)
 
     async def _read(self, cluster_id: str) -> tuple[_Cluster, dict[str, HostState]]:
         """The cluster as Redis holds it (empty at version 0 if unknown), and the stored HostStates."""
