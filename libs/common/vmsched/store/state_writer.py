@@ -355,7 +355,7 @@ class StateWriter:
         args.append(len(w.hosts_deleted))
         args += w.hosts_deleted
         cid = c.cluster_id
-        await self._list(cid)
+        await self._list(cid, again=c.version == 0)
         ok, version = await self._apply(
             keys=[
                 self._keys.state_version(cid),
@@ -372,11 +372,12 @@ class StateWriter:
         c.version = int(version)
         return c.version
 
-    async def _list(self, cluster_id: str) -> None:
-        """Put the cluster in the clusters set before its first write by this writer. Not in the
-        apply script: the set is shared by every cluster, so on Redis Cluster it lives in another
-        slot than the cluster's keys, and a script must not touch keys of two slots."""
-        if cluster_id not in self._listed:
+    async def _list(self, cluster_id: str, *, again: bool) -> None:
+        """Put the cluster in the clusters set before its first write by this writer (`again`: also
+        when Redis had no state of it, which a Redis that lost data may have). Not in the apply
+        script: the set is shared by every cluster, so on Redis Cluster it lives in another slot
+        than the cluster's keys, and a script must not touch keys of two slots."""
+        if again or cluster_id not in self._listed:
             await self._redis.sadd(self._keys.clusters(), cluster_id)
             self._listed.add(cluster_id)
 
