@@ -128,7 +128,7 @@ async def test_a_placed_request_is_recorded_stored_published_and_replayed(life: 
         assert [(p.vm_id, p.host_id, p.mem_mb, p.request_id, p.fencing_token) for p in pending] == [
             (f"vm-{unique}", d.host_id, 1024 + 64, req.request_id, d.fencing_token)
         ]
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
@@ -159,7 +159,7 @@ async def test_an_unplaceable_request_is_stored_and_published_holding_nothing(li
         assert d.status is DecisionStatus.UNPLACEABLE
         assert "Memory" in d.explanation.summary
         assert await lc.pending.read(cluster) == []
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
@@ -207,7 +207,7 @@ async def test_a_decision_stored_meanwhile_is_the_answer_and_its_event_is_publis
             created, _ = await lc.decisions.put(theirs, fingerprint=request_fingerprint(req), token=lease.token)
             assert created
         assert await task == theirs
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert record.published
         assert await events_of(seen, req.request_id) == [theirs]
@@ -249,7 +249,7 @@ async def test_the_commit_refuses_a_stale_token_for_placed_and_unplaceable_outco
         # Nothing written.
         assert await lc.pending.read(cluster) == []
         assert await lc.pending.version(cluster) == 0
-        assert await lc.decisions.records([placed.req.request_id, refused.req.request_id]) == [None, None]
+        assert await lc.decisions.records(cluster, [placed.req.request_id, refused.req.request_id]) == [None, None]
 
         # The latest holder commits placed and unplaceable outcomes together.
         placed, refused = turn(cluster, "p"), turn(cluster, "u")
@@ -263,5 +263,5 @@ async def test_the_commit_refuses_a_stale_token_for_placed_and_unplaceable_outco
         (DecisionStatus.PLACED, "h1", new.token),
         (DecisionStatus.UNPLACEABLE, None, 0),
     ]
-    records = await lc.decisions.records([placed.req.request_id, refused.req.request_id])
+    records = await lc.decisions.records(cluster, [placed.req.request_id, refused.req.request_id])
     assert [r.published if r is not None else None for r in records] == [True, True]

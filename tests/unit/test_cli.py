@@ -208,7 +208,10 @@ def test_an_unreachable_redis_is_named_with_what_to_do(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VMSCHED_REDIS_URL", f"redis://:secret@{NOWHERE}/0")
-    for argv in (["explain", "00000000-0000-0000-0000-000000000001", "--cluster", "c1"], ["decisions", "--cluster", "c1"]):
+    for argv in (
+        ["explain", "00000000-0000-0000-0000-000000000001", "--cluster", "c1"],
+        ["decisions", "--cluster", "c1"],
+    ):
         code, err = run(capsys, *argv)
         assert code == EXIT_ERROR
         assert err.startswith(f"vmsched: Redis at redis://:***@{NOWHERE}/0 is unreachable")

@@ -93,12 +93,11 @@ class PrivateRedis(PrivateServer):
         finally:
             await client.aclose()
 
-
     async def cluster_info(self) -> dict[str, Any]:
         """CLUSTER INFO as a dict (integers as int)."""
         client = self.client()
         try:
-            raw = await client.execute_command("CLUSTER", "INFO")
+            raw = await client.execute_command("CLUSTER", "INFO")  # type: ignore[no-untyped-call]
         finally:
             await client.aclose()
         if isinstance(raw, dict):
@@ -147,7 +146,7 @@ class PrivateSentinel(PrivateServer):
         """The port this sentinel names as the master's now (None if it cannot say)."""
         client = aioredis.Redis(host="127.0.0.1", port=self.port, socket_timeout=1.0)
         try:
-            addr = await client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)
+            addr = await client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME)  # type: ignore[no-untyped-call]
         except (OSError, aioredis.RedisError):
             return None
         finally:
@@ -288,8 +287,8 @@ class PrivateRedisCluster:
         """The node serving `key`'s slot now."""
         client = next(n for n in self.nodes if n.running).client()
         try:
-            slot = int(await client.execute_command("CLUSTER", "KEYSLOT", key))
-            shards = await client.execute_command("CLUSTER", "SLOTS")
+            slot = int(await client.execute_command("CLUSTER", "KEYSLOT", key))  # type: ignore[no-untyped-call]
+            shards = await client.execute_command("CLUSTER", "SLOTS")  # type: ignore[no-untyped-call]
         finally:
             await client.aclose()
         for start, end, master, *_ in shards:
