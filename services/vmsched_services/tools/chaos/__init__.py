@@ -92,11 +92,11 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 redis_failover,
                 short={
                     "mode": "sentinel",
-                    "requests": 60,
+                    "requests": 40,
                     "clusters": 2,
                     "hosts": 3,
                     "concurrency": 8,
-                    "spread_s": 8.0,
+                    "spread_s": 6.0,
                 },
                 long={"mode": "sentinel", "requests": 300, "spread_s": 20.0},
             ),
@@ -105,7 +105,7 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 "private 3-master Redis Cluster, a replica each; the master of one cluster's slot SIGKILLed "
                 "mid-stream: all answered, 0 lost, 0 duplicates, 0 over-committed hosts, recovery <= 5 s",
                 redis_failover,
-                short={"mode": "cluster", "requests": 60, "clusters": 2, "hosts": 3, "concurrency": 8, "spread_s": 8.0},
+                short={"mode": "cluster", "requests": 40, "clusters": 2, "hosts": 3, "concurrency": 8, "spread_s": 6.0},
                 long={"mode": "cluster", "requests": 300, "spread_s": 20.0},
             ),
             Experiment(
