@@ -37,12 +37,11 @@ from vmsched_services.tools.chaos.base import (
     Result,
     experiment_settings,
     pending_duplicates,
-    placement_faults,
     run_tag,
     staged,
     timed,
 )
-from vmsched_services.tools.chaos.stream import drive, latency_figures
+from vmsched_services.tools.chaos.stream import engine_stream, placement_figures
 from vmsched_services.tools.servers.redis import PrivateRedis, PrivateRedisCluster, SentinelGroup
 
 SERVICES = ("state-tracker", "filter-worker", "weigher", "selector")
@@ -116,15 +115,7 @@ async def redis_failover(
                 first = f"{tag}-c0"
                 victim = await failover.victim(settings, first)
                 stream = asyncio.create_task(
-                    drive(
-                        stage.client,
-                        outcomes,
-                        concurrency,
-                        call_timeout=5.0,
-                        give_up_after=give_up_s,
-                        spread_s=spread_s,
-                        start_placed=True,
-                    )
+                    engine_stream(stage.client, outcomes, concurrency, give_up_after=give_up_s, spread_s=spread_s)
                 )
                 await asyncio.sleep(spread_s * kill_at)
                 before = await _max_tokens(outcomes)
@@ -172,13 +163,7 @@ async def _max_tokens(outcomes: list[Outcome]) -> dict[str, int]:
 async def _figures(
     res: Result, settings: Settings, hosts: list[Host], outcomes: list[Outcome], tokens_before: dict[str, int]
 ) -> None:
-    latency_figures(res, outcomes)
-    faults = placement_faults(outcomes, hosts)
-    within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
-    res.figures["answered_within_5s_pct"] = round(100.0 * within / max(1, len(outcomes)), 2)
-    res.figures["placed"] = faults["placed"]
-    res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
-    res.figures["duplicate_placements"] = faults["duplicate_placements"]
+    placement_figures(res, outcomes, hosts)
     res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes)
     redis = connect(settings)
     try:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import redis.asyncio as aioredis
 
@@ -154,7 +154,30 @@ class PrivateSentinel(PrivateServer):
         return int(addr[1]) if addr else None
 
 
-class SentinelGroup:
+class _Group:
+    """Servers started together (all stopped if one fails to start) and stopped together."""
+
+    async def start(self, timeout_s: float = 60.0) -> None:
+        raise NotImplementedError
+
+    async def stop(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        try:
+            await self.start()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+
+class SentinelGroup(_Group):
     """A primary, its replica and three sentinels (quorum 2), started together, stopped together."""
 
     def __init__(self, directory: Path, *, down_after_ms: int = 500, failover_timeout_ms: int = 2000) -> None:
@@ -209,19 +232,6 @@ class SentinelGroup:
         for server in self.servers:
             await server.kill()
 
-    async def __aenter__(self) -> SentinelGroup:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
-
 
 def cluster_port() -> int:
     """A free port whose cluster bus port (10000 higher, so at most 65535) is free too."""
@@ -240,7 +250,7 @@ def _bindable(port: int) -> bool:
     return True
 
 
-class PrivateRedisCluster:
+class PrivateRedisCluster(_Group):
     """A Redis Cluster of `masters` masters, each with `replicas` replicas (on 2 cores, 3 masters
     and 3 replicas are six idle processes: affordable)."""
 
@@ -300,19 +310,6 @@ class PrivateRedisCluster:
     async def stop(self) -> None:
         for node in self.nodes:
             await node.kill()
-
-    async def __aenter__(self) -> PrivateRedisCluster:
-        try:
-            await self.start()
-        except BaseException:
-            await self.stop()
-            raise
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
 
 __all__ = ["MASTER_NAME", "PrivateRedis", "PrivateRedisCluster", "PrivateSentinel", "SentinelGroup"]
