@@ -52,10 +52,13 @@ async def test_without_sentinels_or_cluster_the_client_is_one_server() -> None:
         await client.aclose()
 
 
-async def test_cluster_mode_builds_a_cluster_client() -> None:
-    client = connect(Settings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True))
+async def test_cluster_mode_builds_a_cluster_client_starting_from_every_node_named() -> None:
+    client = connect(
+        Settings(redis_url="redis://127.0.0.1:1/0", redis_cluster=True, redis_cluster_nodes="127.0.0.1:2, 127.0.0.1:3")
+    )
     try:
         assert isinstance(client, RedisCluster)
+        assert set(client.nodes_manager.startup_nodes) == {"127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"}
     finally:
         await client.aclose()
 

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     #: Redis Cluster: redis_url names any one node (the others are discovered). Exclusive with
     #: redis_sentinels.
     redis_cluster: bool = False
+    #: More Redis Cluster nodes to start from (comma-separated host:port): a process starting while
+    #: the node of redis_url is down still finds the cluster through these.
+    redis_cluster_nodes: str = ""
 
     #: How long a schedule request waits to take its cluster's lock (oVirt's "acquire" timeout).
     lock_acquire_timeout_s: float = Field(10.0, gt=0)

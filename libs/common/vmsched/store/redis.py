@@ -6,7 +6,7 @@ from typing import Any, cast
 from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialWithJitterBackoff
@@ -53,16 +53,22 @@ def connect(settings: Settings, *, max_connections: int | None = None) -> aiored
 
 def sentinel_addresses(sentinels: str) -> list[tuple[str, int]]:
     """`host:port,host:port` as (host, port) pairs (IPv6 hosts in brackets: `[::1]:26379`)."""
+    out = addresses(sentinels, "VMSCHED_REDIS_SENTINELS")
+    if not out:
+        raise ValueError("VMSCHED_REDIS_SENTINELS names no sentinel")
+    return out
+
+
+def addresses(text: str, setting: str) -> list[tuple[str, int]]:
+    """A comma-separated list of host:port as (host, port) pairs; `setting` names it in errors."""
     out: list[tuple[str, int]] = []
-    for item in (part.strip() for part in sentinels.split(",")):
+    for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit():
-            raise ValueError(f"VMSCHED_REDIS_SENTINELS: {item!r} is not host:port")
+            raise ValueError(f"{setting}: {item!r} is not host:port")
         out.append((host.strip("[]"), int(port)))
-    if not out:
-        raise ValueError("VMSCHED_REDIS_SENTINELS names no sentinel")
     return out
 
 
@@ -105,5 +111,8 @@ def _cluster(settings: Settings, options: dict[str, Any]) -> aioredis.Redis:
     """A Redis Cluster client. Typed as a Redis: vmsched.store uses only commands RedisCluster has
     too (one slot per script, transaction or MGET, the keys' hash tags see to that), and the
     integration tests run the stores over a real cluster."""
-    client = RedisCluster.from_url(settings.redis_url, **options)
+    nodes = [
+        ClusterNode(host, port) for host, port in addresses(settings.redis_cluster_nodes, "VMSCHED_REDIS_CLUSTER_NODES")
+    ]
+    client = RedisCluster.from_url(settings.redis_url, startup_nodes=nodes, **options)
     return cast(aioredis.Redis, client)

@@ -267,7 +267,12 @@ class PrivateRedisCluster(_Group):
         return self.nodes[0].url
 
     def settings_update(self) -> dict[str, Any]:
-        return {"redis_url": self.url, "redis_cluster": True, "redis_sentinels": ""}
+        return {
+            "redis_url": self.url,
+            "redis_cluster": True,
+            "redis_cluster_nodes": ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[1:]),
+            "redis_sentinels": "",
+        }
 
     async def start(self, timeout_s: float = 60.0) -> None:
         for node in self.nodes:
