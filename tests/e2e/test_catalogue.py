@@ -109,7 +109,9 @@ async def test_a_policy_of_both_families_filters_weighs_and_explains(
     assert d.alternates == ["h-mid"]
 
     # `vmsched explain` shows the same decision as a table, as an operator would read it
-    code, out, err = await vmsched(stack.env, "explain", str(d.request_id), "--hosts", "0", timeout=30)
+    code, out, err = await vmsched(
+        stack.env, "explain", str(d.request_id), "--cluster", d.cluster_id, "--hosts", "0", timeout=30
+    )
     assert code == 0, err
     lines = out.splitlines()
     header = next(line for line in lines if "factor" in line).split()

@@ -91,7 +91,7 @@ async def _make_redis_forget(settings: Settings, cluster: str, loss_dir: Path, e
     try:
         k = Keys.from_settings(settings)
         decided = (loss_dir / "placed").read_text()
-        await redis.delete(*k.of_cluster(cluster), k.generation(cluster), k.decision(decided))
+        await redis.delete(*k.of_cluster(cluster), k.generation(cluster), k.decision(cluster, decided))
         for pattern in k.cluster_patterns(cluster):
             async for key in redis.scan_iter(match=pattern):
                 await redis.delete(key)

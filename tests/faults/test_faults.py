@@ -53,6 +53,20 @@ async def test_broker_drop(chaos_settings: Settings, tmp_path: Path) -> None:
     assert result.passed, _verdict(result.failures())
 
 
+async def test_redis_sentinel_failover(chaos_settings: Settings, tmp_path: Path) -> None:
+    """The Redis primary SIGKILLed mid-stream (private primary, replica, 3 sentinels): the services follow
+    the promoted replica; all answered, none lost or placed twice, no host over-committed."""
+    result = await run_short("redis_sentinel_failover", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())
+
+
+async def test_redis_cluster_failover(chaos_settings: Settings, tmp_path: Path) -> None:
+    """One master of a private 3-master Redis Cluster SIGKILLed mid-stream, its replica takes over: all
+    answered, none lost or placed twice, no host over-committed."""
+    result = await run_short("redis_cluster_failover", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())
+
+
 async def test_hostile_input(chaos_settings: Settings, tmp_path: Path) -> None:
     """Hostile messages: all refused, no crash or wedge, every valid request answered, RSS growth <= 20 MB."""
     result = await run_short("hostile_input", chaos_settings, tmp_path)

@@ -130,7 +130,7 @@ async def test_schedule_then_decisions_then_explain(
     assert "huge" in table.out
     assert "small" not in table.out
 
-    explained = await vmsched(stack, "explain", placed_id)
+    explained = await vmsched(stack, "explain", placed_id, "--cluster", cluster)
     assert explained.code == EXIT_OK, explained.err
     assert f"request {placed_id}" in explained.out
 

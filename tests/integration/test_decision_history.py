@@ -73,7 +73,7 @@ async def test_expired_decisions_leave_the_history_when_read(
     cluster = f"c-{unique}"
     kept, gone = decided(cluster, 1), decided(cluster, 2)
     await store.put_many([(kept, "fp"), (gone, "fp")])
-    await redis_client.delete(keys.decision(gone.request_id))  # as its TTL would
+    await redis_client.delete(keys.decision(cluster, gone.request_id))  # as its TTL would
     assert await store.recent(cluster, 10) == [kept]
     assert await redis_client.zrange(keys.decision_history(cluster), 0, -1) == [str(kept.request_id).encode()]
 

@@ -45,12 +45,12 @@ async def test_results_follow_the_order_of_the_request(store: DecisionStore, uni
     assert stored == [(True, StoredDecision(d, f"fp-{i}", False)) for i, d in enumerate(decisions)]
     shuffled = [*rids[5:], *rids[:5]][::-1]
     by_id = {r: d for r, d in zip(rids, decisions, strict=True)}
-    records = await store.records(shuffled)
+    records = await store.records(cluster, shuffled)
     assert [r.decision if r else None for r in records] == [by_id[r] for r in shuffled]
-    assert await store.records([str(r) for r in shuffled]) == records  # ids as text read the same
-    assert await store.records([]) == []
+    assert await store.records(cluster, [str(r) for r in shuffled]) == records  # ids as text read the same
+    assert await store.records(cluster, []) == []
     assert await store.put_many([]) == []
-    assert await store.mark_published_many([]) == []
+    assert await store.mark_published_many(cluster, []) == []
 
 
 async def test_put_many_stores_the_new_ones_and_returns_the_earlier_records(
@@ -61,7 +61,7 @@ async def test_put_many_stores_the_new_ones_and_returns_the_earlier_records(
     earlier = {r: schedule_decision(cluster, r, "old") for r in rids[::2]}
     for d in earlier.values():
         assert (await store.put(d, fingerprint="fp-old"))[0]
-    await store.mark_published(rids[2])
+    await store.mark_published(cluster, rids[2])
     ours = [schedule_decision(cluster, r, "new") for r in rids]
     results = await store.put_many([(d, "fp-new") for d in ours], ttl_s=60)
     assert [created for created, _ in results] == [False, True, False, True, False, True]
@@ -74,18 +74,19 @@ async def test_put_many_stores_the_new_ones_and_returns_the_earlier_records(
         ("new", "fp-new", False),
     ]
     assert results[0][1].decision == earlier[rids[0]]
-    assert [_summary(rec) for rec in await store.records(rids)] == [_summary(rec) for _, rec in results]
+    assert [_summary(rec) for rec in await store.records(cluster, rids)] == [_summary(rec) for _, rec in results]
     for r in rids[1::2]:
-        assert 0 < await redis_client.pttl(keys.decision(r)) <= 60_000
+        assert 0 < await redis_client.pttl(keys.decision(cluster, r)) <= 60_000
 
 
 async def test_a_request_id_twice_in_one_batch_is_stored_once(store: DecisionStore, unique: str) -> None:
+    cluster = f"c-{unique}"
     rid = uuid.uuid4()
     first, second = schedule_decision(f"c-{unique}", rid, "h1"), schedule_decision(f"c-{unique}", rid, "h2")
     results = await store.put_many([(first, "fp-1"), (second, "fp-2")])
     record = StoredDecision(first, "fp-1", False)
     assert results == [(True, record), (False, record)]
-    assert await store.mark_published_many([rid, rid]) == [True, False]
+    assert await store.mark_published_many(cluster, [rid, rid]) == [True, False]
 
 
 async def test_a_stale_token_writes_nothing_at_all(
@@ -104,8 +105,8 @@ async def test_a_stale_token_writes_nothing_at_all(
         ):
             await store.put_many(batch, token=old.token)
         for r in fresh:
-            assert not await redis_client.exists(keys.decision(r))
-        assert await store.records([stored.request_id]) == [StoredDecision(stored, "fp-old", False)]
+            assert not await redis_client.exists(keys.decision(cluster, r))
+        assert await store.records(cluster, [stored.request_id]) == [StoredDecision(stored, "fp-old", False)]
         # Fenced even where every request id has a decision already: a stale selector learns it lost the lock.
         with pytest.raises(FencedOut):
             await store.put_many([(stored, "fp-old")], token=old.token)
@@ -121,27 +122,31 @@ async def test_decisions_of_two_clusters_are_refused_before_anything_is_written(
     a, b = uuid.uuid4(), uuid.uuid4()
     with pytest.raises(ValueError, match=f"one cluster, got a-{unique} and b-{unique}"):
         await store.put_many([(schedule_decision(f"a-{unique}", a), "fp"), (schedule_decision(f"b-{unique}", b), "fp")])
-    assert await redis_client.exists(keys.decision(a), keys.decision(b)) == 0
+    assert await redis_client.exists(keys.decision(f"a-{unique}", a), keys.decision(f"b-{unique}", b)) == 0
 
 
 async def test_one_request_id_alone_is_not_taken_for_a_list_of_ids(store: DecisionStore) -> None:
+    cluster = "c1"
     with pytest.raises(TypeError, match="not one request id"):
-        await store.records(str(uuid.uuid4()))
+        await store.records(cluster, str(uuid.uuid4()))
     with pytest.raises(TypeError, match="not one request id"):
-        await store.mark_published_many(str(uuid.uuid4()))
+        await store.mark_published_many(cluster, str(uuid.uuid4()))
 
 
 async def _seed_odd_records(redis_client: aioredis.Redis, keys: Keys, cluster: str) -> dict[str, uuid.UUID]:
     """One request id per kind of record `records` must cope with, stored raw."""
     rids = {kind: uuid.uuid4() for kind in ("missing", "older", "garbage", "garbage hash", "list", "good")}
     older = schedule_decision(cluster, rids["older"], "older")
-    await redis_client.set(keys.decision(rids["older"]), older.model_dump_json(), px=60_000)
-    await redis_client.set(keys.decision(rids["garbage"]), b"{not json", px=60_000)
-    await redis_client.hset(keys.decision(rids["garbage hash"]), mapping={"decision": b"\xff{", "published": "1"})
-    await redis_client.rpush(keys.decision(rids["list"]), b"x")
+    await redis_client.set(keys.decision(cluster, rids["older"]), older.model_dump_json(), px=60_000)
+    await redis_client.set(keys.decision(cluster, rids["garbage"]), b"{not json", px=60_000)
+    await redis_client.hset(
+        keys.decision(cluster, rids["garbage hash"]), mapping={"decision": b"\xff{", "published": "1"}
+    )
+    await redis_client.rpush(keys.decision(cluster, rids["list"]), b"x")
     good = schedule_decision(cluster, rids["good"], "good")
     await redis_client.hset(
-        keys.decision(rids["good"]), mapping={"decision": good.model_dump_json(), "fingerprint": "fp", "published": "1"}
+        keys.decision(cluster, rids["good"]),
+        mapping={"decision": good.model_dump_json(), "fingerprint": "fp", "published": "1"},
     )
     return rids
 
@@ -149,8 +154,9 @@ async def _seed_odd_records(redis_client: aioredis.Redis, keys: Keys, cluster: s
 async def test_records_reads_older_and_unreadable_records_like_record(
     redis_client: aioredis.Redis, store: DecisionStore, keys: Keys, unique: str
 ) -> None:
-    rids = await _seed_odd_records(redis_client, keys, f"c-{unique}")
-    records = await store.records(list(rids.values()))
+    cluster = f"c-{unique}"
+    rids = await _seed_odd_records(redis_client, keys, cluster)
+    records = await store.records(cluster, list(rids.values()))
     assert dict(zip(rids, map(_summary, records), strict=True)) == {
         "missing": None,
         "older": ("older", None, True),
@@ -159,7 +165,7 @@ async def test_records_reads_older_and_unreadable_records_like_record(
         "list": None,
         "good": ("good", "fp", True),
     }
-    assert records == [await store.record(r) for r in rids.values()]
+    assert records == [await store.record(cluster, r) for r in rids.values()]
 
 
 async def test_put_many_over_older_and_unreadable_records(
@@ -178,8 +184,10 @@ async def test_put_many_over_older_and_unreadable_records(
         "list": (True, ("ours", "fp-ours", False)),
         "good": (False, ("good", "fp", True)),
     }
-    assert [_summary(rec) for rec in await store.records(list(rids.values()))] == [_summary(r) for _, r in results]
-    assert await redis_client.pttl(keys.decision(rids["garbage"])) > 0
+    assert [_summary(rec) for rec in await store.records(cluster, list(rids.values()))] == [
+        _summary(r) for _, r in results
+    ]
+    assert await redis_client.pttl(keys.decision(cluster, rids["garbage"])) > 0
 
 
 async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
@@ -189,7 +197,7 @@ async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
     one is kept and answered, not overwritten."""
     cluster = f"c-{unique}"
     rid = uuid.uuid4()
-    await redis_client.set(keys.decision(rid), b"{not json", px=60_000)
+    await redis_client.set(keys.decision(cluster, rid), b"{not json", px=60_000)
     theirs = schedule_decision(cluster, rid, "theirs")
     script = store._put_many
     calls = 0
@@ -199,9 +207,9 @@ async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
         calls += 1
         reply = await script(**kw)
         if calls == 1:
-            await redis_client.delete(keys.decision(rid))
+            await redis_client.delete(keys.decision(cluster, rid))
             await redis_client.hset(
-                keys.decision(rid), mapping={"decision": theirs.model_dump_json(), "fingerprint": "fp-theirs"}
+                keys.decision(cluster, rid), mapping={"decision": theirs.model_dump_json(), "fingerprint": "fp-theirs"}
             )
         return reply
 
@@ -209,7 +217,7 @@ async def test_an_unreadable_record_is_replaced_only_if_still_the_one_read(
     results = await store.put_many([(schedule_decision(cluster, rid, "ours"), "fp-ours")])
     assert calls == 2
     assert results == [(False, StoredDecision(theirs, "fp-theirs", False))]
-    assert await store.record(rid) == StoredDecision(theirs, "fp-theirs", False)
+    assert await store.record(cluster, rid) == StoredDecision(theirs, "fp-theirs", False)
 
 
 async def test_mark_published_many_marks_once(
@@ -219,12 +227,17 @@ async def test_mark_published_many_marks_once(
     rids = [uuid.uuid4() for _ in range(4)]
     await store.put_many([(schedule_decision(cluster, r), "fp") for r in rids[:3]])
     older = uuid.uuid4()
-    await redis_client.set(keys.decision(older), schedule_decision(cluster, older).model_dump_json(), px=60_000)
+    await redis_client.set(
+        keys.decision(cluster, older), schedule_decision(cluster, older).model_dump_json(), px=60_000
+    )
     ids = [*rids, older]  # the last two: no record, and an older one (published by definition)
-    assert await store.mark_published_many(ids) == [True, True, True, False, False]
-    assert await store.mark_published_many(ids) == [False] * 5
-    assert [_summary(r) for r in await store.records(ids)] == [("h1", "fp", True)] * 3 + [None, ("h1", None, True)]
-    assert not await redis_client.exists(keys.decision(rids[3]))  # marking creates nothing
+    assert await store.mark_published_many(cluster, ids) == [True, True, True, False, False]
+    assert await store.mark_published_many(cluster, ids) == [False] * 5
+    assert [_summary(r) for r in await store.records(cluster, ids)] == [("h1", "fp", True)] * 3 + [
+        None,
+        ("h1", None, True),
+    ]
+    assert not await redis_client.exists(keys.decision(cluster, rids[3]))  # marking creates nothing
 
 
 # ---------------------------------------------------------------------- round trips
@@ -241,8 +254,8 @@ async def test_each_batched_call_is_one_round_trip(
     # Load the scripts first (a script Redis has not seen costs a SCRIPT LOAD and a second EVALSHA once).
     warm = uuid.uuid4()
     await store.put_many([(schedule_decision(cluster, warm), "fp")], token=lease.token)
-    await store.records([warm])
-    await store.mark_published_many([warm])
+    await store.records(cluster, [warm])
+    await store.mark_published_many(cluster, [warm])
     try:
         rids = [uuid.uuid4() for _ in range(10)]
         ours = [(schedule_decision(cluster, r), "fp") for r in rids]
@@ -254,17 +267,17 @@ async def test_each_batched_call_is_one_round_trip(
         assert [created for created, _ in results] == [False] + [True] * 9
 
         sent.clear()
-        assert all(await store.records(rids))
+        assert all(await store.records(cluster, rids))
         assert sent == ["EVALSHA"]
 
         sent.clear()
-        assert await store.mark_published_many(rids) == [True] * 10
+        assert await store.mark_published_many(cluster, rids) == [True] * 10
         assert sent == ["EVALSHA"]
 
         # An unreadable record costs one more round trip (replacing it), not one per record.
         garbage = [uuid.uuid4() for _ in range(3)]
         for r in garbage:
-            await client.set(keys.decision(r), b"{not json", px=60_000)
+            await client.set(keys.decision(cluster, r), b"{not json", px=60_000)
         sent.clear()
         results = await store.put_many([(schedule_decision(cluster, r), "fp") for r in [*garbage, uuid.uuid4()]])
         assert sent == ["EVALSHA", "EVALSHA"]
@@ -304,13 +317,13 @@ def test_batched_calls_answer_as_one_item_calls(settings: Settings, kinds: list[
                 await _seed(client, stores[-1], keys, kinds, rids, earlier)
             one, many = stores
 
-            before = [await one.record(r) for r in ids]
-            assert await many.records(ids) == before
+            before = [await one.record(cluster, r) for r in ids]
+            assert await many.records(cluster, ids) == before
             put_one = [await one.put(d, fingerprint=fp) for d, fp in ours]
             assert await many.put_many(ours) == put_one
-            marked_one = [await one.mark_published(r) for r in ids]
-            assert await many.mark_published_many(ids) == marked_one
-            assert await many.records(rids) == [await one.record(r) for r in rids]
+            marked_one = [await one.mark_published(cluster, r) for r in ids]
+            assert await many.mark_published_many(cluster, ids) == marked_one
+            assert await many.records(cluster, rids) == [await one.record(cluster, r) for r in rids]
         finally:
             await client.aclose()
 
@@ -325,12 +338,13 @@ async def _seed(
     rids: list[uuid.UUID],
     earlier: dict[uuid.UUID, ScheduleDecision],
 ) -> None:
+    cluster = next(iter(earlier.values())).cluster_id
     for kind, r in zip(kinds, rids, strict=True):
-        key = keys.decision(r)
+        key = keys.decision(cluster, r)
         if kind in ("stored", "published"):
             await store.put(earlier[r], fingerprint="fp-earlier")
             if kind == "published":
-                await store.mark_published(r)
+                await store.mark_published(cluster, r)
         elif kind == "older":
             await client.set(key, earlier[r].model_dump_json(), px=60_000)
         elif kind == "garbage":

@@ -32,13 +32,13 @@ async def test_put_keeps_the_first_decision_and_marks_publication_once(
     created, record = await store.put(schedule_decision(f"c-{unique}", rid, "h2"), fingerprint="fp-2")
     assert not created
     assert (record.decision, record.fingerprint, record.published) == (first, "fp-1", False)
-    assert await store.mark_published(rid)
-    assert not await store.mark_published(rid)
-    again = await store.record(rid)
+    assert await store.mark_published(f"c-{unique}", rid)
+    assert not await store.mark_published(f"c-{unique}", rid)
+    again = await store.record(f"c-{unique}", rid)
     assert again is not None
     assert again.published
-    assert await store.get(rid) == first
-    assert await redis_client.pttl(Keys(settings.redis_prefix).decision(rid)) > 0
+    assert await store.get(f"c-{unique}", rid) == first
+    assert await redis_client.pttl(Keys(settings.redis_prefix).decision(f"c-{unique}", rid)) > 0
 
 
 async def test_put_with_a_stale_token_is_fenced_out(
@@ -51,7 +51,7 @@ async def test_put_with_a_stale_token_is_fenced_out(
     rid = uuid.uuid4()
     with pytest.raises(FencedOut, match=f"token {old.token} is not the latest"):
         await store.put(schedule_decision(cluster, rid), fingerprint="fp", token=old.token)
-    assert await store.record(rid) is None
+    assert await store.record(f"c-{unique}", rid) is None
     created, _ = await store.put(schedule_decision(cluster, rid), fingerprint="fp", token=new.token)
     assert created
     await locks.release(new)
@@ -63,12 +63,12 @@ async def test_a_record_of_the_older_layout_reads_as_published_without_a_fingerp
     store = DecisionStore(redis_client, settings)
     rid = uuid.uuid4()
     old = schedule_decision(f"c-{unique}", rid)
-    await redis_client.set(Keys(settings.redis_prefix).decision(rid), old.model_dump_json(), px=60_000)
-    record = await store.record(rid)
+    await redis_client.set(Keys(settings.redis_prefix).decision(f"c-{unique}", rid), old.model_dump_json(), px=60_000)
+    record = await store.record(f"c-{unique}", rid)
     assert record is not None
     assert (record.decision, record.fingerprint, record.published) == (old, None, True)
     assert record.matches("anything")
-    assert not await store.mark_published(rid)
+    assert not await store.mark_published(f"c-{unique}", rid)
     created, kept = await store.put(schedule_decision(f"c-{unique}", rid, "h9"), fingerprint="fp")
     assert not created
     assert kept.decision == old
@@ -79,8 +79,8 @@ async def test_an_unreadable_record_does_not_block_storing(
 ) -> None:
     store = DecisionStore(redis_client, settings)
     rid = uuid.uuid4()
-    await redis_client.set(Keys(settings.redis_prefix).decision(rid), b"{not json", px=60_000)
-    assert await store.record(rid) is None
+    await redis_client.set(Keys(settings.redis_prefix).decision(f"c-{unique}", rid), b"{not json", px=60_000)
+    assert await store.record(f"c-{unique}", rid) is None
     decision = schedule_decision(f"c-{unique}", rid)
     created, record = await store.put(decision, fingerprint="fp")
     assert created

@@ -131,7 +131,7 @@ async def test_a_placed_request_is_recorded_stored_published_and_replayed(life: 
         assert [(p.vm_id, p.host_id, p.mem_mb, p.request_id, p.fencing_token) for p in pending] == [
             (f"vm-{unique}", d.host_id, 1024 + 64, req.request_id, d.fencing_token)
         ]
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
@@ -162,7 +162,7 @@ async def test_an_unplaceable_request_is_stored_and_published_holding_nothing(li
         assert d.status is DecisionStatus.UNPLACEABLE
         assert "Memory" in d.explanation.summary
         assert await lc.pending.read(cluster) == []
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
@@ -210,7 +210,7 @@ async def test_a_decision_stored_meanwhile_is_the_answer_and_its_event_is_publis
             created, _ = await lc.decisions.put(theirs, fingerprint=request_fingerprint(req), token=lease.token)
             assert created
         assert await task == theirs
-        record = await lc.decisions.record(req.request_id)
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
         assert record is not None
         assert record.published
         assert await events_of(seen, req.request_id) == [theirs]
@@ -252,7 +252,7 @@ async def test_the_commit_refuses_a_stale_token_for_placed_and_unplaceable_outco
         # Nothing written.
         assert await lc.pending.read(cluster) == []
         assert await lc.pending.version(cluster) == 0
-        assert await lc.decisions.records([placed.req.request_id, refused.req.request_id]) == [None, None]
+        assert await lc.decisions.records(cluster, [placed.req.request_id, refused.req.request_id]) == [None, None]
 
         # The latest holder commits placed and unplaceable outcomes together.
         placed, refused = turn(cluster, "p"), turn(cluster, "u")
@@ -266,7 +266,7 @@ async def test_the_commit_refuses_a_stale_token_for_placed_and_unplaceable_outco
         (DecisionStatus.PLACED, "h1", new.token),
         (DecisionStatus.UNPLACEABLE, None, 0),
     ]
-    records = await lc.decisions.records([placed.req.request_id, refused.req.request_id])
+    records = await lc.decisions.records(cluster, [placed.req.request_id, refused.req.request_id])
     assert [r.published if r is not None else None for r in records] == [True, True]
 
 
@@ -297,17 +297,17 @@ async def test_replays_and_recovery_never_publish_again_a_decision_marked_publis
     lc = life.lifecycle
     async with watching(life, unique) as (t, seen):
         first = await stored_before(lc, t)
-        assert await lc.decisions.mark_published(t.req.request_id)
+        assert await lc.decisions.mark_published(t.req.cluster_id, t.req.request_id)
         # Every way a replay or a recovery meets the decision: the same request again (side by
         # side), the owed-event check of a replay, a commit finding it stored, a claim.
         assert list(await asyncio.gather(lc.decide(t.req), lc.decide(t.req))) == [first, first]
-        await lc.events.publish_unconfirmed(t.req.request_id, {})
+        await lc.events.publish_unconfirmed(t.req.cluster_id, t.req.request_id, {})
         async with lc.locks.hold(t.req.cluster_id) as lease:
             await lc.commit(t.req.cluster_id, lease.token, [unplaceable_verdict(t)])
         result = t.done.result()
         assert isinstance(result, Stored)
         assert (result.ours, result.record.decision) == (False, first)
-        assert await lc.decisions.claim_republish([t.req.request_id], 10.0) == [False]
+        assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id], 10.0) == [False]
         assert await events_of(seen, t.req.request_id, n=1) == []
 
 
@@ -316,9 +316,11 @@ async def test_an_unmarked_decision_found_by_concurrent_replays_is_published_onc
     async with watching(life, unique) as (t, seen):
         # Its storer died before publishing: replays with and without the lock find it unmarked.
         theirs = await stored_before(lc, t)
-        await asyncio.gather(*(lc.events.publish_unconfirmed(t.req.request_id, {}) for _ in range(4)), lc.decide(t.req))
+        await asyncio.gather(
+            *(lc.events.publish_unconfirmed(t.req.cluster_id, t.req.request_id, {}) for _ in range(4)), lc.decide(t.req)
+        )
         assert await events_of(seen, t.req.request_id, n=2) == [theirs]
-        record = await lc.decisions.record(t.req.request_id)
+        record = await lc.decisions.record(t.req.cluster_id, t.req.request_id)
         assert record is not None
         assert record.published
 
@@ -328,13 +330,13 @@ async def test_a_claim_on_republishing_is_taken_once_until_its_lease_passes(life
     t = turn(f"lc-{unique}", f"vm-{unique}")
     await stored_before(lc, t)
     absent = uuid.uuid4()
-    assert await lc.decisions.claim_republish([t.req.request_id, absent], 0.3) == [True, False]
-    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [False]
+    assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id, absent], 0.3) == [True, False]
+    assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id], 0.3) == [False]
     await asyncio.sleep(0.4)  # the claimant died: the next replay may claim it
-    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [True]
-    await lc.decisions.mark_published(t.req.request_id)
+    assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id], 0.3) == [True]
+    await lc.decisions.mark_published(t.req.cluster_id, t.req.request_id)
     await asyncio.sleep(0.4)
-    assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [False]
+    assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id], 0.3) == [False]
 
 
 async def test_a_replay_finding_a_dead_replays_claim_publishes_the_event_once_the_claim_lapses(
@@ -345,9 +347,9 @@ async def test_a_replay_finding_a_dead_replays_claim_publishes_the_event_once_th
         theirs = await stored_before(lc, t)
         # A replay claimed it and died before publishing: the engine's next try must not leave the
         # event unpublished.
-        assert await lc.decisions.claim_republish([t.req.request_id], 0.3) == [True]
+        assert await lc.decisions.claim_republish(t.req.cluster_id, [t.req.request_id], 0.3) == [True]
         assert await lc.decide(t.req) == theirs
         assert await events_of(seen, t.req.request_id) == [theirs]
-        record = await lc.decisions.record(t.req.request_id)
+        record = await lc.decisions.record(t.req.cluster_id, t.req.request_id)
         assert record is not None
         assert record.published

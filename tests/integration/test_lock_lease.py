@@ -178,7 +178,7 @@ async def test_a_live_holder_keeps_the_lock_for_several_leases(
             await locks.acquire(cluster, timeout_s=4.0)  # four leases
         assert lease.valid()
         assert await locks.holder(cluster) == lease.value
-        assert 0 < await redis_client.pttl(f"{cfg.redis_prefix}:lock:{cluster}") <= 1000
+        assert 0 < await redis_client.pttl(Keys(cfg.redis_prefix).lock(cluster)) <= 1000
         await pending.record(cluster, [pending_entry("vm-live", "h1", lease.token)], lease.token)
     assert await locks.holder(cluster) is None
     assert [e.vm_id for e in await pending.read(cluster)] == ["vm-live"]

@@ -396,7 +396,7 @@ async def test_a_stored_decision_whose_event_was_never_published_is_published_by
         assert first == second == stored
         assert [e.request_id for e in events] == [request.request_id]
         assert events[0] == stored
-        after = await decisions.record(request.request_id)
+        after = await decisions.record(request.cluster_id, request.request_id)
         assert after is not None
         assert after.published
     finally:

@@ -119,7 +119,7 @@ async def test_over_the_bus_the_decisions_are_those_made_in_process(svc: Service
     # Nothing of the replay is left: its cluster (state, pending records), its policy copy and link.
     _, pending, version = await svc.pending.snapshot_with_state(bus.cluster_id)
     assert (pending, version) == ([], None)
-    assert await svc.decisions.get(bus.request_ids[0]) is None
+    assert await svc.decisions.get(bus.cluster_id, bus.request_ids[0]) is None
     listing = await svc.admin.read()
     assert not [p for p in listing.policies if p.document.name.startswith(CLUSTER_PREFIX)]
     assert not [c for c in listing.clusters if c.cluster_id.startswith(CLUSTER_PREFIX)]

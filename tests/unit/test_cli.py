@@ -163,7 +163,7 @@ def test_a_bad_id_is_refused_before_anything_is_sent(capsys: pytest.CaptureFixtu
 
 
 def test_a_request_id_must_be_a_uuid(capsys: pytest.CaptureFixture[str]) -> None:
-    assert "'nope' is not a request id: a UUID" in usage_error(capsys, "explain", "nope")
+    assert "'nope' is not a request id: a UUID" in usage_error(capsys, "explain", "nope", "--cluster", "c1")
 
 
 def test_a_setting_that_does_not_validate_names_its_variable(
@@ -208,7 +208,10 @@ def test_an_unreachable_redis_is_named_with_what_to_do(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("VMSCHED_REDIS_URL", f"redis://:secret@{NOWHERE}/0")
-    for argv in (["explain", "00000000-0000-0000-0000-000000000001"], ["decisions", "--cluster", "c1"]):
+    for argv in (
+        ["explain", "00000000-0000-0000-0000-000000000001", "--cluster", "c1"],
+        ["decisions", "--cluster", "c1"],
+    ):
         code, err = run(capsys, *argv)
         assert code == EXIT_ERROR
         assert err.startswith(f"vmsched: Redis at redis://:***@{NOWHERE}/0 is unreachable")

@@ -167,28 +167,29 @@ HEADER_DLX_ID: Final = "x-vmsched-dead-letter-id"
 
 # ---------------------------------------------------------------- Redis keys
 # All keys start with the configured prefix (default "vmsched"), which tests vary for isolation.
-# Helpers in vmsched.store.keys build the full names; the suffixes live here.
-KEY_LOCK: Final = "lock"  # {prefix}:lock:{cluster} -> "owner:token", PX = hold timeout
-KEY_FENCE: Final = "fence"  # {prefix}:fence:{cluster} -> last fencing token issued (INCR)
-KEY_PENDING: Final = "pending"  # {prefix}:pending:{cluster} -> hash vm_id -> PendingEntry json
-KEY_PENDING_VERSION: Final = "pending-version"  # {prefix}:pending-version:{cluster} -> INCR on change
-KEY_STATE_VERSION: Final = "state:version"  # {prefix}:state:version:{cluster} -> int
-KEY_STATE_HOSTS: Final = "state:hosts"  # {prefix}:state:hosts:{cluster} -> hash host_id -> HostState json
-KEY_STATE_VMS: Final = "state:vms"  # {prefix}:state:vms:{cluster} -> hash vm_id -> VmState json
-KEY_STATE_CLUSTER: Final = "state:cluster"  # {prefix}:state:cluster:{cluster} -> ClusterSettings json
-KEY_STATE_CHANGES: Final = "state:changes"  # {prefix}:state:changes:{cluster} -> stream, id = version
-KEY_STATE_REMOVED: Final = "state:removed"  # {prefix}:state:removed:{cluster} -> version at removal
+# Helpers in vmsched.store.keys build the full names; the suffixes live here. `{{cluster}}` is the
+# cluster id in literal braces, a Redis Cluster hash tag: one cluster's keys share one slot.
+KEY_LOCK: Final = "lock"  # {prefix}:lock:{{cluster}} -> "owner:token", PX = hold timeout
+KEY_FENCE: Final = "fence"  # {prefix}:fence:{{cluster}} -> last fencing token issued (INCR)
+KEY_PENDING: Final = "pending"  # {prefix}:pending:{{cluster}} -> hash vm_id -> PendingEntry json
+KEY_PENDING_VERSION: Final = "pending-version"  # {prefix}:pending-version:{{cluster}} -> INCR on change
+KEY_STATE_VERSION: Final = "state:version"  # {prefix}:state:version:{{cluster}} -> int
+KEY_STATE_HOSTS: Final = "state:hosts"  # {prefix}:state:hosts:{{cluster}} -> hash host_id -> HostState json
+KEY_STATE_VMS: Final = "state:vms"  # {prefix}:state:vms:{{cluster}} -> hash vm_id -> VmState json
+KEY_STATE_CLUSTER: Final = "state:cluster"  # {prefix}:state:cluster:{{cluster}} -> ClusterSettings json
+KEY_STATE_CHANGES: Final = "state:changes"  # {prefix}:state:changes:{{cluster}} -> stream, id = version
+KEY_STATE_REMOVED: Final = "state:removed"  # {prefix}:state:removed:{{cluster}} -> version at removal
 KEY_CLUSTERS: Final = "clusters"  # {prefix}:clusters -> set of cluster ids
-KEY_DECISION: Final = "decision"  # {prefix}:decision:{request_id} -> ScheduleDecision json (idempotency)
-KEY_DECISION_HISTORY: Final = "decision-history"  # {prefix}:decision-history:{cluster} -> zset request id by time
-KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{cluster} -> owner id, PX = lease time
-KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{cluster}:{vm} -> set while a migrated VM rests
-KEY_TRIED: Final = "tried"  # {prefix}:tried:{cluster}:{vm} -> set of hosts where a start/migration failed
-KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{cluster} -> json list of failing hosts
-KEY_UNITS: Final = "units"  # {prefix}:units:{service}:{instance} -> json: the instance's units, PX = catalogue TTL
-KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index -> zset of KEY_UNITS keys by expiry (ms)
-KEY_GENERATION: Final = "generation"  # {prefix}:generation:{cluster} -> "generation server-run-id": Redis still knows
-KEY_RESYNC: Final = "resync"  # {prefix}:resync:{cluster} -> set while the engine owes a full report after a loss
+KEY_DECISION: Final = "decision"  # {prefix}:decision:{{cluster}}:{request_id} -> ScheduleDecision json (idempotency)
+KEY_DECISION_HISTORY: Final = "decision-history"  # {prefix}:decision-history:{{cluster}} -> zset request id by time
+KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{{cluster}} -> owner id, PX = lease time
+KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{{cluster}}:{vm} -> set while a migrated VM rests
+KEY_TRIED: Final = "tried"  # {prefix}:tried:{{cluster}}:{vm} -> set of hosts where a start/migration failed
+KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{{cluster}} -> json list of failing hosts
+KEY_UNITS: Final = "units"  # {prefix}:units:{units}:{service}:{instance} -> json units, PX = catalogue TTL
+KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index:{units} -> zset of KEY_UNITS keys by expiry (ms)
+KEY_GENERATION: Final = "generation"  # {prefix}:generation:{{cluster}} -> "generation server-run-id": Redis still knows
+KEY_RESYNC: Final = "resync"  # {prefix}:resync:{{cluster}} -> set while the engine owes a full report after a loss
 
 #: Lease roles (the {role} of KEY_LEASE): each cluster is worked by one process per role.
 LEASE_BALANCER: Final = "balancer"

@@ -15,8 +15,22 @@ class Settings(BaseSettings):
 
     #: Prefix of every exchange and queue name (tests run isolated under their own prefix).
     amqp_prefix: str = ""
-    #: Prefix of every Redis key.
+    #: Prefix of every Redis key (no braces: they would break the keys' Redis Cluster hash tags).
     redis_prefix: str = "vmsched"
+    #: Redis Sentinel: comma-separated host:port of the sentinels. When set, the client asks them
+    #: for the master of `redis_sentinel_master` (and again after a failover); redis_url then gives
+    #: only the master's password, user name and database, not its address.
+    redis_sentinels: str = ""
+    #: The name the sentinels monitor the master under (`sentinel monitor NAME ...`).
+    redis_sentinel_master: str = "vmsched"
+    #: Password of the sentinels themselves (`requirepass` in sentinel.conf), if they have one.
+    redis_sentinel_password: str = ""
+    #: Redis Cluster: redis_url names any one node (the others are discovered). Exclusive with
+    #: redis_sentinels.
+    redis_cluster: bool = False
+    #: More Redis Cluster nodes to start from (comma-separated host:port): a process starting while
+    #: the node of redis_url is down still finds the cluster through these.
+    redis_cluster_nodes: str = ""
 
     #: How long a schedule request waits to take its cluster's lock (oVirt's "acquire" timeout).
     lock_acquire_timeout_s: float = Field(10.0, gt=0)

@@ -4,7 +4,7 @@ vmsched up                         all services in this process (development)
 vmsched run SERVICE                one service: state-tracker, filter-worker, weigher, selector,
                                    balancer, ha-monitor, policy-admin
 vmsched schedule --cluster C --vm vm.json
-vmsched explain REQUEST_ID         a decision's full table (filters and weights per host)
+vmsched explain REQUEST_ID --cluster C  a decision's full table (filters and weights per host)
 vmsched watch [--cluster C]        decisions, migrations, power advice and HA alerts, live
 vmsched state --cluster C          what the state tracker knows
 vmsched decisions --cluster C      the cluster's recent decisions, newest first

@@ -105,14 +105,14 @@ def cmd_explain(args: argparse.Namespace) -> int:
     async def go() -> ScheduleDecision | None:
         redis = connect(cfg)
         try:
-            return await DecisionStore(redis, cfg).get(args.request_id)
+            return await DecisionStore(redis, cfg).get(args.cluster, args.request_id)
         finally:
             await redis.aclose()
 
     decision = asyncio.run(go())
     if decision is None:
         raise NotFound(
-            f"no decision stored for request {args.request_id}",
+            f"no decision stored for request {args.request_id} of cluster {args.cluster}",
             hint="decisions are kept for $VMSCHED_DECISION_TTL_S; errors and expired requests are not stored; "
             "`vmsched decisions --cluster C` lists a cluster's recent ones",
         )
@@ -172,6 +172,7 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
     s = command(sub, "explain", "print a decision's full table: filters and weights per host", cmd_explain)
     s.add_argument("request_id", type=request_id, help="the request's id (a UUID)")
+    add_cluster(s)
     s.add_argument("--hosts", type=int, default=8, metavar="N", help="host columns to show (0: all; default: 8)")
     add_json(s, "the stored decision")
 

@@ -75,7 +75,8 @@ class Commit:
             event_of(created, record, v.turn.fingerprint) for v, (created, record) in zip(verdicts, stored, strict=True)
         ]
         claimed = await self.events.claimed(
-            [e.request_id for e, (created, _) in zip(due, stored, strict=True) if e is not None and not created]
+            cluster,
+            [e.request_id for e, (created, _) in zip(due, stored, strict=True) if e is not None and not created],
         )
         events: list[tuple[ScheduleDecision, Stages] | None] = [
             (e, v.turn.stages) if e is not None and (created or e.request_id in claimed) else None

@@ -115,7 +115,7 @@ class Lifecycle:
         started = time.perf_counter()
         stages: Stages = {}
         fingerprint = request_fingerprint(req)
-        found = await self.decisions.record(req.request_id)
+        found = await self.decisions.record(req.cluster_id, req.request_id)
         if found is not None:
             return await self._replay(req, found, fingerprint, stages)
         policy_name: str | None = None
@@ -152,11 +152,11 @@ class Lifecycle:
         # cluster's lock right now, or died first. Under the lock, the record tells which.
         try:
             async with self.locks.hold(decision.cluster_id):
-                await self.events.publish_unconfirmed(req.request_id, stages)
+                await self.events.publish_unconfirmed(req.cluster_id, req.request_id, stages)
         except LockTimeout:
             # Others held the lock for the whole acquire timeout: the storer finished (or died)
             # long ago, so publishing without the lock cannot race it.
-            await self.events.publish_unconfirmed(req.request_id, stages)
+            await self.events.publish_unconfirmed(req.cluster_id, req.request_id, stages)
         return decision
 
     async def _schedule(

@@ -58,7 +58,7 @@ class Events:
     async def republish(self, decision: ScheduleDecision, stages: Stages) -> None:
         """Publish a stored decision's owed event, if this replay wins the claim on it, then mark it
         published."""
-        if not await self.claimed([decision.request_id]):
+        if not await self.claimed(decision.cluster_id, [decision.request_id]):
             return
         log.info("publishing a stored decision whose event was not confirmed", request_id=str(decision.request_id))
         since = time.perf_counter()
@@ -66,12 +66,14 @@ class Events:
             await self.bus.publish(c.decision_key(decision.cluster_id), decision, message_id=dedup_id(decision))
         except BaseException:
             with contextlib.suppress(Exception):
-                await self.decisions.release_claim(decision.request_id)  # the next replay need not wait
+                await self.decisions.release_claim(
+                    decision.cluster_id, decision.request_id
+                )  # the next replay need not wait
             raise
         lap_all(self.timer, [stages], "publish", since)
-        await self.decisions.mark_published(decision.request_id)
+        await self.decisions.mark_published(decision.cluster_id, decision.request_id)
 
-    async def claimed(self, request_ids: Sequence[UUID]) -> set[UUID]:
+    async def claimed(self, cluster_id: str, request_ids: Sequence[UUID]) -> set[UUID]:
         """The request ids whose owed events this replay claimed (no round trip for none). One
         claimed by another replay is waited for (at most twice the claim's lease): it ends marked
         published (nothing to do), or its claimant died or failed and it is claimed here; this is
@@ -80,11 +82,11 @@ class Events:
         left = list(request_ids)
         end = time.monotonic() + 2 * self.claim_s
         while left:
-            got = await self.decisions.claim_republish(left, self.claim_s)
+            got = await self.decisions.claim_republish(cluster_id, left, self.claim_s)
             won.update(r for r, ok in zip(left, got, strict=True) if ok)
             left = [r for r, ok in zip(left, got, strict=True) if not ok]
             if left:
-                records = await self.decisions.records(left)
+                records = await self.decisions.records(cluster_id, left)
                 left = [r for r, rec in zip(left, records, strict=True) if rec is not None and not rec.published]
             if left and time.monotonic() > end:
                 log.warning(
@@ -95,9 +97,9 @@ class Events:
                 await asyncio.sleep(_CLAIM_POLL_S)
         return won
 
-    async def publish_unconfirmed(self, request_id: UUID, stages: Stages) -> None:
+    async def publish_unconfirmed(self, cluster_id: str, request_id: UUID, stages: Stages) -> None:
         """Publish the stored decision if it is still not marked published."""
-        current = await self.decisions.record(request_id)
+        current = await self.decisions.record(cluster_id, request_id)
         if current is not None and not current.published:
             await self.republish(current.decision, stages)
 
@@ -112,7 +114,7 @@ class Events:
     async def decided_meanwhile(self, req: ScheduleRequest, fingerprint: str, stages: Stages) -> Stored | None:
         """The decision another handling stored for this request id while this one waited for the
         lock; None if there is none."""
-        record = await self.decisions.record(req.request_id)
+        record = await self.decisions.record(req.cluster_id, req.request_id)
         if record is None:
             return None
         return await self.found(record, fingerprint, stages)
@@ -144,7 +146,7 @@ class Events:
             if isinstance(result, BaseException):
                 failed[i] = result
         await self.decisions.mark_published_many(
-            [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
+            cluster, [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
         )
         return failed
 

@@ -102,7 +102,7 @@ class Groups:
         """Not long after Redis forgot the cluster, a request id without a stored decision may have
         been decided before the loss. A `run` request whose VM the engine reports on a host already
         is then refused (DecisionLost) instead of placed a second time; the rest go on."""
-        records = await self.decisions.records([turn.req.request_id for turn in group])
+        records = await self.decisions.records(cluster, [turn.req.request_id for turn in group])
         fresh = [t for t, r in zip(group, records, strict=True) if r is None and t.req.kind is RequestKind.RUN]
         placed = await self.state.placed_vms(cluster, sorted({vm.vm_id for t in fresh for vm in t.req.vms}))
         if not placed:
@@ -135,7 +135,7 @@ class Groups:
             # decided while it waited, side by side.
             (pending_version, pending, version), records = await asyncio.gather(
                 self.pending.snapshot_with_state(cluster),
-                self.decisions.records([turn.req.request_id for turn in group]),
+                self.decisions.records(cluster, [turn.req.request_id for turn in group]),
             )
             if version is None:
                 raise UnknownCluster(f"no state reported for cluster {cluster}", location="cluster_id")

@@ -1,6 +1,7 @@
 """Decisions by request id: a replayed request gets the same answer; `vmsched explain` reads them.
 
-Each stored decision is a Redis hash under {prefix}:decision:{request_id}, kept for a TTL:
+Each stored decision is a Redis hash under {prefix}:decision:{{cluster}}:{request_id} (under its
+cluster's hash tag, as it is written with the cluster's fence and history), kept for a TTL:
 
 - `decision`     the ScheduleDecision JSON;
 - `fingerprint`  what the request asked (request_fingerprint), so a request id reused for a
@@ -306,22 +307,22 @@ class DecisionStore:
         self._mark_many = redis.register_script(_MARK_MANY)
         self._claim_many = redis.register_script(_CLAIM_MANY)
 
-    async def get(self, request_id: UUID | str) -> ScheduleDecision | None:
-        record = await self.record(request_id)
+    async def get(self, cluster_id: str, request_id: UUID | str) -> ScheduleDecision | None:
+        record = await self.record(cluster_id, request_id)
         return record.decision if record is not None else None
 
-    async def record(self, request_id: UUID | str) -> StoredDecision | None:
+    async def record(self, cluster_id: str, request_id: UUID | str) -> StoredDecision | None:
         """The stored decision with its fingerprint and publication mark; None if there is none
         (or it cannot be read: an unreadable record must not block answering the request again)."""
-        return (await self.records([request_id]))[0]
+        return (await self.records(cluster_id, [request_id]))[0]
 
-    async def records(self, request_ids: Sequence[UUID | str]) -> list[StoredDecision | None]:
+    async def records(self, cluster_id: str, request_ids: Sequence[UUID | str]) -> list[StoredDecision | None]:
         """The stored record of each request id, in order, as `record` reads it, in one round trip."""
         if not _ids(request_ids):
             return []
         # One script over every key rather than a pipeline of one read per key: still one round trip,
         # but one command for Redis to run and all the records read at the same instant.
-        reply = await self._get_many(keys=[self._keys.decision(r) for r in request_ids])
+        reply = await self._get_many(keys=[self._keys.decision(cluster_id, r) for r in request_ids])
         return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
 
     async def put(
@@ -340,7 +341,7 @@ class DecisionStore:
         latest fencing token.
         """
         ttl = self._default_ttl_s if ttl_s is None else ttl_s
-        key = self._keys.decision(decision.request_id)
+        key = self._keys.decision(decision.cluster_id, decision.request_id)
         for _ in range(3):
             reply = await self._put(
                 keys=[key, self._keys.fence(decision.cluster_id), self._keys.decision_history(decision.cluster_id)],
@@ -359,7 +360,7 @@ class DecisionStore:
                 return True, StoredDecision(decision, fingerprint, False)
             if status < 0:
                 raise _fenced(f"decision for request {decision.request_id}", token, decision.cluster_id, int(reply[1]))
-            existing = await self.record(decision.request_id)
+            existing = await self.record(decision.cluster_id, decision.request_id)
             if existing is not None:
                 return False, existing
             # Unreadable (an older schema) or expired since: it must not block the request. Stores
@@ -401,7 +402,7 @@ class DecisionStore:
                 keys=[
                     self._keys.fence(cluster),
                     self._keys.decision_history(cluster),
-                    *(self._keys.decision(items[i][0].request_id) for i in todo),
+                    *(self._keys.decision(cluster, items[i][0].request_id) for i in todo),
                 ],
                 args=[*args, *(a for i, seen in todo.items() for a in _put_args(*items[i], seen))],
             )
@@ -431,7 +432,7 @@ class DecisionStore:
         if limit <= 0:
             return []
         reply = await self._recent(
-            keys=[self._keys.decision_history(cluster_id)], args=[limit, self._keys.decision("")]
+            keys=[self._keys.decision_history(cluster_id)], args=[limit, self._keys.decision(cluster_id, "")]
         )
         out = []
         for raw_id, found in reply:
@@ -440,18 +441,18 @@ class DecisionStore:
                 out.append(record.decision)
         return out
 
-    async def mark_published(self, request_id: UUID | str) -> bool:
+    async def mark_published(self, cluster_id: str, request_id: UUID | str) -> bool:
         """Note that the decision's event was published; True if this call marked it."""
-        return (await self.mark_published_many([request_id]))[0]
+        return (await self.mark_published_many(cluster_id, [request_id]))[0]
 
-    async def mark_published_many(self, request_ids: Sequence[UUID | str]) -> list[bool]:
+    async def mark_published_many(self, cluster_id: str, request_ids: Sequence[UUID | str]) -> list[bool]:
         """`mark_published` of each request id, in order, in one round trip."""
         if not _ids(request_ids):
             return []
-        reply = await self._mark_many(keys=[self._keys.decision(r) for r in request_ids])
+        reply = await self._mark_many(keys=[self._keys.decision(cluster_id, r) for r in request_ids])
         return [bool(marked) for marked in reply]
 
-    async def claim_republish(self, request_ids: Sequence[UUID | str], lease_s: float) -> list[bool]:
+    async def claim_republish(self, cluster_id: str, request_ids: Sequence[UUID | str], lease_s: float) -> list[bool]:
         """Claim the re-publishing of each decision's owed event, in one round trip: True for each
         that this call claimed (not marked published, and no other claim within its `lease_s`), in
         order. Two replays finding the same unmarked decision thus never both publish it; a claimant
@@ -459,16 +460,16 @@ class DecisionStore:
         if not _ids(request_ids):
             return []
         reply = await self._claim_many(
-            keys=[self._keys.decision(r) for r in request_ids], args=[max(1, int(lease_s * 1000))]
+            keys=[self._keys.decision(cluster_id, r) for r in request_ids], args=[max(1, int(lease_s * 1000))]
         )
         return [bool(claimed) for claimed in reply]
 
-    async def release_claim(self, request_id: UUID | str) -> None:
+    async def release_claim(self, cluster_id: str, request_id: UUID | str) -> None:
         """Give up this replay's claim (its publish failed): the next replay need not wait for it."""
-        await self._redis.hdel(self._keys.decision(request_id), "claimed")
+        await self._redis.hdel(self._keys.decision(cluster_id, request_id), "claimed")
 
-    async def delete(self, request_id: UUID | str) -> bool:
-        return bool(await self._redis.delete(self._keys.decision(request_id)))
+    async def delete(self, cluster_id: str, request_id: UUID | str) -> bool:
+        return bool(await self._redis.delete(self._keys.decision(cluster_id, request_id)))
 
 
 __all__ = ["FINGERPRINT_EXCLUDES", "DecisionStore", "StoredDecision", "request_fingerprint"]

@@ -1,6 +1,11 @@
 """Full Redis key names: the configured prefix plus the KEY_* suffixes of vmsched.constants.
 
-Every per-cluster key ends in the cluster id, so `{prefix}:*:{cluster}` finds one cluster's keys.
+Every per-cluster key carries the cluster id as a Redis Cluster hash tag, `{prefix}:lock:{c1}`,
+`{prefix}:cooldown:{c1}:vm7`, `{prefix}:decision:{c1}:<request id>`: only the part in braces is
+hashed, so all of one cluster's keys live in one slot and every Lua script (which names keys of one
+cluster only) runs on Redis Cluster as on one server. The keys shared by all clusters are the
+clusters set (one key, touched by no script) and the unit catalogues with their index, which share
+the fixed tag `{units}` so the script that announces a catalogue has both in one slot.
 """
 
 from __future__ import annotations
@@ -36,6 +41,13 @@ from vmsched.settings import Settings
 
 #: Every role that leases clusters (the balancer's and the HA monitor's periodic loops).
 LEASE_ROLES = (LEASE_BALANCER, LEASE_HA_MONITOR)
+#: The hash tag of the unit catalogues and their index (see the module docstring).
+UNITS_TAG = "{units}"
+
+
+def tag(cluster: str) -> str:
+    """The hash tag of one cluster's keys."""
+    return f"{{{cluster}}}"
 
 
 class Keys:
@@ -46,14 +58,18 @@ class Keys:
     def __init__(self, prefix: str) -> None:
         if not prefix:
             raise ValueError("the Redis key prefix must not be empty")
+        if "{" in prefix or "}" in prefix:
+            # Redis Cluster would hash the prefix's braces instead of the cluster's tag.
+            raise ValueError(f"the Redis key prefix must not contain braces: {prefix!r}")
         self.prefix = prefix
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Keys:
         return cls(settings.redis_prefix)
 
-    def _key(self, suffix: str, name: str) -> str:
-        return f"{self.prefix}:{suffix}:{name}"
+    def _key(self, suffix: str, cluster: str, rest: str = "") -> str:
+        """A per-cluster key: `{prefix}:{suffix}:{{cluster}}` plus `:{rest}` when given."""
+        return f"{self.prefix}:{suffix}:{tag(cluster)}" + (f":{rest}" if rest else "")
 
     def lock(self, cluster: str) -> str:
         return self._key(KEY_LOCK, cluster)
@@ -96,30 +112,31 @@ class Keys:
     def clusters(self) -> str:
         return f"{self.prefix}:{KEY_CLUSTERS}"
 
-    def decision(self, request_id: UUID | str) -> str:
-        return self._key(KEY_DECISION, str(request_id))
+    def decision(self, cluster: str, request_id: UUID | str) -> str:
+        """Under the cluster's tag: a decision is stored with its cluster's fence and history."""
+        return f"{self._key(KEY_DECISION, cluster)}:{request_id}"
 
     def decision_history(self, cluster: str) -> str:
         return self._key(KEY_DECISION_HISTORY, cluster)
 
     def lease(self, role: str, cluster: str) -> str:
-        return self._key(KEY_LEASE, f"{role}:{cluster}")
+        return f"{self.prefix}:{KEY_LEASE}:{role}:{tag(cluster)}"
 
     def cooldown(self, cluster: str, vm_id: str) -> str:
-        return self._key(KEY_COOLDOWN, f"{cluster}:{vm_id}")
+        return self._key(KEY_COOLDOWN, cluster, vm_id)
 
     def tried(self, cluster: str, vm_id: str) -> str:
-        return self._key(KEY_TRIED, f"{cluster}:{vm_id}")
+        return self._key(KEY_TRIED, cluster, vm_id)
 
     def ha_state(self, cluster: str) -> str:
         return self._key(KEY_HA_STATE, cluster)
 
     def unit_catalogue(self, service: str, instance: str) -> str:
         """One running service instance's policy units (vmsched.store.catalogues)."""
-        return self._key(KEY_UNITS, f"{service}:{instance}")
+        return f"{self.prefix}:{KEY_UNITS}:{UNITS_TAG}:{service}:{instance}"
 
     def unit_catalogue_index(self) -> str:
-        return f"{self.prefix}:{KEY_UNITS_INDEX}"
+        return f"{self.prefix}:{KEY_UNITS_INDEX}:{UNITS_TAG}"
 
     def of_cluster(self, cluster: str) -> list[str]:
         """Every key of one cluster with a fixed name (state, pending, lock, fence, leases, HA status),
@@ -144,7 +161,7 @@ class Keys:
 
     def cluster_patterns(self, cluster: str) -> list[str]:
         """SCAN patterns of one cluster's per-VM keys (migration cool-downs, failed hosts)."""
-        return [self._key(KEY_COOLDOWN, f"{cluster}:*"), self._key(KEY_TRIED, f"{cluster}:*")]
+        return [self._key(KEY_COOLDOWN, cluster, "*"), self._key(KEY_TRIED, cluster, "*")]
 
     def __repr__(self) -> str:
         return f"Keys({self.prefix!r})"

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 from vmsched.store.generations import CHECK_GENERATION, GENERATION_LOST, SETTLE_RESYNC
 
-# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
-#       [7] removed (the version a removed cluster goes on from), [8] generation marker,
-#       [9] resync flag
+# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes,
+#       [6] removed (the version a removed cluster goes on from), [7] generation marker,
+#       [8] resync flag
+# The clusters set is not a key here: it is shared by all clusters, so in another Redis Cluster
+# slot than these; the writer adds the cluster to it before the first apply (StateWriter._list).
 # ARGV: [1] expected version, [2] stream maxlen, [3] cluster id, [4] settings JSON or '',
 #       [5] kind, [6] changed or removed host ids (JSON list), [7] number of host pairs, host_id,
 #       json, ..., then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id,
@@ -37,11 +39,11 @@ APPLY = (
     CHECK_GENERATION
     + SETTLE_RESYNC
     + f"""
-local base = generation_base(KEYS[8])
+local base = generation_base(KEYS[7])
 if not base then
   return {{{GENERATION_LOST}, 0}}
 end
-local cur = tonumber(redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[7]) or '0')
+local cur = tonumber(redis.call('GET', KEYS[1]) or redis.call('GET', KEYS[6]) or '0')
 if cur < base then
   cur = base
 end
@@ -85,26 +87,22 @@ local vs = string.format('%d', v)
 redis.call('SET', KEYS[1], vs)
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], vs .. '-0',
   'hosts', ARGV[6], 'cluster', settings_changed, 'kind', ARGV[5])
-redis.call('SADD', KEYS[6], ARGV[3])
-settle_resync(KEYS[9], KEYS[2], KEYS[3], ARGV[i])
+settle_resync(KEYS[8], KEYS[2], KEYS[3], ARGV[i])
 return {1, v}
 """
 )
 
-# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] clusters set,
-#       [7] removed
-# ARGV: [1] cluster id
-# Deletes the cluster's state and notes the version it goes on from if reported again.
+# KEYS: [1] version, [2] hosts, [3] vms, [4] cluster settings, [5] changes, [6] removed
+# Deletes the cluster's state and notes the version it goes on from if reported again (the writer
+# then takes the cluster out of the clusters set).
 # Returns the version the cluster had, or 0 if it had none (unknown, or removed already).
 REMOVE_CLUSTER = """
 local cur = redis.call('GET', KEYS[1])
 if not cur then
-  redis.call('SREM', KEYS[6], ARGV[1])
   return 0
 end
 redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5])
-redis.call('SREM', KEYS[6], ARGV[1])
-redis.call('SET', KEYS[7], string.format('%d', tonumber(cur) + 1))
+redis.call('SET', KEYS[6], string.format('%d', tonumber(cur) + 1))
 return tonumber(cur)
 """
 

@@ -28,7 +28,7 @@ from vmsched.errors import GenerationLost, StateConflict
 from vmsched.logging import get_logger
 from vmsched.scheduling.host_aggregates import aggregate_host, counts_on_host
 from vmsched.settings import Settings
-from vmsched.store.generations import GENERATION_LOST, Recover, stamp
+from vmsched.store.generations import GENERATION_LOST, Recover, counter_of, stamp
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text as _text
 from vmsched.store.state_records import parse_stored
@@ -145,6 +145,8 @@ class StateWriter:
         self._remove_cluster = redis.register_script(REMOVE_CLUSTER)
         self._clusters: dict[str, _Cluster] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        #: Clusters this writer has put in the clusters set (see _list).
+        self._listed: set[str] = set()
 
     # ------------------------------------------------------------------ loading
     async def load(self, cluster_ids: Iterable[str] | None = None) -> list[str]:
@@ -265,11 +267,13 @@ class StateWriter:
                     k.state_vms(cluster_id),
                     k.state_cluster(cluster_id),
                     k.state_changes(cluster_id),
-                    k.clusters(),
                     k.state_removed(cluster_id),
                 ],
-                args=[cluster_id],
             )
+            # After the script: a failure here leaves a listed cluster without state, which a
+            # retried removal takes out; never a cluster with state that is not listed.
+            self._listed.discard(cluster_id)
+            await self._redis.srem(k.clusters(), cluster_id)
             return int(had)
 
     # ------------------------------------------------------------------ reading (memory)
@@ -319,6 +323,7 @@ class StateWriter:
             try:
                 return await self._apply_locked(cluster_id, change)
             except GenerationLost:
+                self._listed.discard(cluster_id)  # the clusters set went with the rest
                 if self._recover is None:
                     raise
             # Redis forgot the cluster: what this writer held of it is of the old generation (the
@@ -374,6 +379,7 @@ class StateWriter:
         args += w.hosts_deleted
         args.append(self._replay_window_ms)
         cid = c.cluster_id
+        await self._list(cid, again=counter_of(c.version) == 0)
         ok, version = await self._apply(
             keys=[
                 self._keys.state_version(cid),
@@ -381,7 +387,6 @@ class StateWriter:
                 self._keys.state_vms(cid),
                 self._keys.state_cluster(cid),
                 self._keys.state_changes(cid),
-                self._keys.clusters(),
                 self._keys.state_removed(cid),
                 self._keys.generation(cid),
                 self._keys.resync(cid),
@@ -398,6 +403,15 @@ class StateWriter:
             return None
         c.version = int(version)
         return c.version
+
+    async def _list(self, cluster_id: str, *, again: bool) -> None:
+        """Put the cluster in the clusters set before its first write by this writer (`again`: also
+        when Redis had no state of it, which a Redis that lost data may have). Not in the apply
+        script: the set is shared by every cluster, so on Redis Cluster it lives in another slot
+        than the cluster's keys, and a script must not touch keys of two slots."""
+        if again or cluster_id not in self._listed:
+            await self._redis.sadd(self._keys.clusters(), cluster_id)
+            self._listed.add(cluster_id)
 
     async def _read(self, cluster_id: str) -> tuple[_Cluster, dict[str, HostState]]:
         """The cluster as Redis holds it (empty at version 0 if unknown), and the stored HostStates."""

@@ -23,6 +23,7 @@ from vmsched_services.tools.chaos.broker import broker_drop
 from vmsched_services.tools.chaos.hostile import hostile_input
 from vmsched_services.tools.chaos.kills import selector_kill, worker_kill
 from vmsched_services.tools.chaos.outages import postgres_away, redis_away
+from vmsched_services.tools.chaos.redis_ha import redis_failover
 from vmsched_services.tools.chaos.stale import stale_holder
 from vmsched_services.tools.chaos.tracker import tracker_kill
 
@@ -92,6 +93,30 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 broker_drop,
                 short={"requests": 60, "concurrency": 8, "spread_s": 8.0, "restart_broker": False},
                 long={"requests": 300, "spread_s": 30.0, "restart_broker": True},
+            ),
+            Experiment(
+                "redis_sentinel_failover",
+                "private Redis primary + replica + 3 sentinels; the primary SIGKILLed mid-stream: all answered, "
+                "0 lost, 0 duplicates, 0 over-committed hosts, recovery <= 5 s (counts fence rollbacks and lost "
+                "decisions: writes the replica missed)",
+                redis_failover,
+                short={
+                    "mode": "sentinel",
+                    "requests": 40,
+                    "clusters": 2,
+                    "hosts": 3,
+                    "concurrency": 8,
+                    "spread_s": 6.0,
+                },
+                long={"mode": "sentinel", "requests": 300, "spread_s": 20.0},
+            ),
+            Experiment(
+                "redis_cluster_failover",
+                "private 3-master Redis Cluster, a replica each; the master of one cluster's slot SIGKILLed "
+                "mid-stream: all answered, 0 lost, 0 duplicates, 0 over-committed hosts, recovery <= 5 s",
+                redis_failover,
+                short={"mode": "cluster", "requests": 40, "clusters": 2, "hosts": 3, "concurrency": 8, "spread_s": 6.0},
+                long={"mode": "cluster", "requests": 300, "spread_s": 20.0},
             ),
             Experiment(
                 "hostile_input",

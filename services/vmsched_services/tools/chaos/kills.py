@@ -36,7 +36,13 @@ from vmsched_services.tools.chaos.base import (
     staged,
     timed,
 )
-from vmsched_services.tools.chaos.stream import drive, kill_and_replace, latency_figures
+from vmsched_services.tools.chaos.stream import (
+    drive,
+    engine_stream,
+    kill_and_replace,
+    latency_figures,
+    placement_figures,
+)
 from vmsched_services.tools.procs import ServiceProcess, ServiceStack
 
 
@@ -129,15 +135,7 @@ async def selector_kill(
             seen = await _DecisionEvents.watch(settings, stage)
             try:
                 async with periodically(kill_every_s, rng, killer.kill):
-                    await drive(
-                        stage.client,
-                        outcomes,
-                        concurrency,
-                        call_timeout=5.0,
-                        give_up_after=give_up_s,
-                        spread_s=spread_s,
-                        start_placed=True,
-                    )
+                    await engine_stream(stage.client, outcomes, concurrency, give_up_after=give_up_s, spread_s=spread_s)
             finally:
                 await redis.aclose()
             await seen.settle()
@@ -251,14 +249,8 @@ class _SelectorKiller:
 async def _selector_kill_figures(
     res: Result, settings: Settings, stage: Stage, outcomes: list[Outcome], killer: _SelectorKiller, bound: float
 ) -> None:
-    latency_figures(res, outcomes)
-    faults = placement_faults(outcomes, stage.hosts)
-    within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
-    res.figures["answered_within_5s_pct"] = round(100.0 * within / max(1, len(outcomes)), 2)
+    placement_figures(res, outcomes, stage.hosts)
     res.figures["latency_bound_s"] = bound
-    res.figures["placed"] = faults["placed"]
-    res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
-    res.figures["duplicate_placements"] = faults["duplicate_placements"]
     res.figures["kills"] = killer.kills
     res.figures["kills_holding_a_lock"] = killer.holding
     # Informational (no threshold: the client retries them): what the selectors refused themselves.

@@ -235,7 +235,7 @@ async def redis_away(
     """Redis stopped for `away_s` during a stream of schedule requests, then started again."""
     res = Result("redis_away", {"requests": requests, "away_s": away_s})
     with timed(res):
-        server = PrivateRedis(log_dir / "redis", persistent=True)
+        server = PrivateRedis(log_dir / "redis", aof=True)
         try:
             await server.start()
             settings = experiment_settings(base, "redis-away", redis_url=server.url, readiness_interval_s=0.5)

@@ -17,8 +17,10 @@ from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, VmReport, VmStatus
 from vmsched.errors import BusUnavailable
 from vmsched_services.tools.chaos.base import (
+    Host,
     Outcome,
     Result,
+    placement_faults,
     schedule_with_retries,
 )
 from vmsched_services.tools.procs import ServiceProcess, ServiceStack
@@ -107,6 +109,34 @@ async def kill_and_replace(
         os.kill(victim.pid, signal.SIGKILL)
     stack.spawn(service)
     return victim
+
+
+async def engine_stream(
+    client: SchedulerClient, outcomes: list[Outcome], concurrency: int, *, give_up_after: float, spread_s: float
+) -> None:
+    """`drive` as an engine whose placed VMs start (so clusters fill up and stay full): calls
+    bounded at 5 s, each request sent again until `give_up_after`."""
+    await drive(
+        client,
+        outcomes,
+        concurrency,
+        call_timeout=5.0,
+        give_up_after=give_up_after,
+        spread_s=spread_s,
+        start_placed=True,
+    )
+
+
+def placement_figures(res: Result, outcomes: list[Outcome], hosts: list[Host]) -> None:
+    """The latency figures, the share answered within 5 s, and what the hosts got: placed VMs,
+    over-committed hosts, duplicate placements."""
+    latency_figures(res, outcomes)
+    faults = placement_faults(outcomes, hosts)
+    within = sum(o.answered and o.latency_s <= 5.0 for o in outcomes)
+    res.figures["answered_within_5s_pct"] = round(100.0 * within / max(1, len(outcomes)), 2)
+    res.figures["placed"] = faults["placed"]
+    res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
+    res.figures["duplicate_placements"] = faults["duplicate_placements"]
 
 
 def latency_figures(res: Result, outcomes: list[Outcome]) -> None:

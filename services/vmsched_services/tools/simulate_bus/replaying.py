@@ -67,7 +67,7 @@ async def forget(svc: Services, cluster_id: str, policy_name: str, request_ids: 
     await svc.admin.delete(policy_name)
     await forget_clusters(svc.settings, [cluster_id])
     for request_id in request_ids:
-        await svc.decisions.delete(request_id)
+        await svc.decisions.delete(cluster_id, request_id)
 
 
 __all__ = ["CLUSTER_PREFIX", "REMOVAL_TIMEOUT_S", "forget", "replay", "stored_policy"]
