@@ -15,7 +15,7 @@ import pytest
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from tests.factories import host_report, pending_entry, schedule_decision
+from tests.factories import first_generation, host_report, pending_entry, schedule_decision
 from vmsched.contracts import ClusterReport
 from vmsched.errors import FencedOut
 from vmsched.settings import Settings
@@ -70,7 +70,10 @@ async def test_lock_fenced_pending_decisions_and_state_work_end_to_end(
     ha_settings: Settings, ha_redis: aioredis.Redis, unique: str
 ) -> None:
     cluster = f"ha-{unique}"
-    writer, cache = StateWriter(ha_redis, ha_settings), StateCache(ha_redis, ha_settings)
+    writer, cache = (
+        StateWriter(ha_redis, ha_settings, recover=first_generation(ha_redis, ha_settings)),
+        StateCache(ha_redis, ha_settings),
+    )
     await writer.apply_cluster(ClusterReport(cluster_id=cluster))
     await writer.apply_host(host_report(cluster, "h1", cpu_cores=8, physical_mem_mb=16384, mem_free_mb=16384))
     version, table = await cache.table(cluster)
@@ -79,7 +82,7 @@ async def test_lock_fenced_pending_decisions_and_state_work_end_to_end(
     assert cluster in await cache.clusters()
 
     locks, pending, decisions = (
-        ClusterLock(ha_redis, ha_settings),
+        ClusterLock(ha_redis, ha_settings, recover=first_generation(ha_redis, ha_settings)),
         PendingStore(ha_redis, ha_settings),
         DecisionStore(ha_redis, ha_settings),
     )
@@ -112,7 +115,10 @@ async def test_reads_over_many_clusters_and_the_shared_keys_work(
     ha_settings: Settings, ha_redis: aioredis.Redis, unique: str
 ) -> None:
     clusters = [f"ha-{unique}-{i}" for i in range(6)]  # spread over the masters' slots
-    locks, pending = ClusterLock(ha_redis, ha_settings), PendingStore(ha_redis, ha_settings)
+    locks, pending = (
+        ClusterLock(ha_redis, ha_settings, recover=first_generation(ha_redis, ha_settings)),
+        PendingStore(ha_redis, ha_settings),
+    )
     for i, cid in enumerate(clusters):
         lease = await locks.acquire(cid)
         await pending.record(cid, [pending_entry(f"vm-{j}", "h1", lease.token) for j in range(i)], lease.token)
@@ -138,8 +144,10 @@ async def test_forgetting_a_cluster_leaves_none_of_its_keys(
     ha_settings: Settings, ha_redis: aioredis.Redis, unique: str
 ) -> None:
     cluster = f"ha-{unique}"
-    await StateWriter(ha_redis, ha_settings).apply_cluster(ClusterReport(cluster_id=cluster))
-    lease = await ClusterLock(ha_redis, ha_settings).acquire(cluster)
+    await StateWriter(ha_redis, ha_settings, recover=first_generation(ha_redis, ha_settings)).apply_cluster(
+        ClusterReport(cluster_id=cluster)
+    )
+    lease = await ClusterLock(ha_redis, ha_settings, recover=first_generation(ha_redis, ha_settings)).acquire(cluster)
     await PendingStore(ha_redis, ha_settings).record(cluster, [pending_entry("vm-1", "h1", lease.token)], lease.token)
     await MigrationCooldowns(ha_redis, ha_settings).start(cluster, "vm-1", "d1")
     match = f"{ha_settings.redis_prefix}:*{{{cluster}}}*"
