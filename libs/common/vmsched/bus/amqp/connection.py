@@ -15,12 +15,18 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection, ExchangeType
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+    ExchangeType,
+)
 from yarl import URL
 
 from vmsched import constants as c
+from vmsched.bus.amqp.nodes import FailoverConnection, amqp_urls, connect_failover
 from vmsched.bus.codec import safe_text
 from vmsched.errors import BusUnavailable
 from vmsched.logging import get_logger
@@ -40,10 +46,29 @@ def dead_letter_queue_arguments(settings: Settings) -> dict[str, Any]:
     One function, because a redeclaration with other arguments is refused by the broker.
     """
     return {
+        **queue_type_arguments(settings),
         "x-max-length": DLQ_MAX_LENGTH,
         "x-max-length-bytes": settings.dead_letter_queue_max_bytes,
         "x-overflow": "drop-head",
     }
+
+
+def queue_type_arguments(settings: Settings) -> dict[str, Any]:
+    """What makes a durable queue of ours the configured type (nothing for classic, so queues
+    declared before the setting existed are equivalent to classic ones)."""
+    return {"x-queue-type": "quorum"} if settings.queue_type == "quorum" else {}
+
+
+def work_queue_arguments(settings: Settings, dead_letter_exchange: str) -> dict[str, Any]:
+    """A durable work or event queue's arguments: its type, its dead-letter exchange and, for a
+    quorum queue, dead-lettering at least once (what the broker dead-letters itself, a request
+    expired or a message rejected, stays in the queue until the dead-letter queue confirmed it;
+    the broker accepts that strategy only with reject-publish overflow, and these queues have no
+    length limit for it to apply to)."""
+    args: dict[str, Any] = {**queue_type_arguments(settings), "x-dead-letter-exchange": dead_letter_exchange}
+    if settings.queue_type == "quorum":
+        args |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+    return args
 
 
 def redacted(url: str) -> str:
@@ -85,7 +110,12 @@ class BrokerLink:
         return self.name(c.RPC_QUEUES.get(route, f"vmsched.{route}"))
 
     def queue_arguments(self) -> dict[str, Any]:
+        """The arguments of a connection's own (exclusive, so always classic) queue."""
         return {"x-dead-letter-exchange": self.name(c.DEAD_LETTER_EXCHANGE)}
+
+    def durable_queue_arguments(self) -> dict[str, Any]:
+        """The arguments of a durable work or event queue (see work_queue_arguments)."""
+        return work_queue_arguments(self.settings, self.name(c.DEAD_LETTER_EXCHANGE))
 
     @property
     def connection(self) -> AbstractRobustConnection:
@@ -93,10 +123,16 @@ class BrokerLink:
             raise RuntimeError("bus not started")
         return self._conn
 
+    @property
+    def node_url(self) -> str:
+        """The node the connection is on (or was last tried), amqp_url before connecting."""
+        conn = self._conn
+        return str(conn.url) if isinstance(conn, FailoverConnection) else self.settings.amqp_url
+
     def unavailable(self, exc: BaseException | str) -> BusUnavailable:
         why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {safe_text(exc, 500)}"
         return BusUnavailable(
-            f"RabbitMQ at {broker_address(self.settings.amqp_url)} is unreachable: {why}; it reconnects by itself"
+            f"RabbitMQ at {broker_address(self.node_url)} is unreachable: {why}; it reconnects by itself"
         )
 
     async def open(self, prepare: Callable[[AbstractChannel], Awaitable[None]]) -> AbstractRobustChannel:
@@ -104,15 +140,16 @@ class BrokerLink:
         (the RPC client's and the publisher's exchanges, the reply consumer); BusUnavailable, with
         nothing left open, if any step fails."""
         try:
-            self._conn = await aio_pika.connect_robust(
-                self.settings.amqp_url,
+            self._conn = await connect_failover(
+                self.settings,
                 client_properties={"connection_name": f"vmsched-{self.service}"},
                 reconnect_interval=self.settings.amqp_reconnect_interval_s,
                 timeout=self.settings.rpc_timeout_s,
             )
         except (*BROKER_ERRORS, TimeoutError) as exc:
+            tried = ", ".join(redacted(u) for u in amqp_urls(self.settings))
             raise BusUnavailable(
-                f"RabbitMQ at {redacted(self.settings.amqp_url)} is unreachable: {type(exc).__name__}: "
+                f"RabbitMQ at {tried} is unreachable: {type(exc).__name__}: "
                 f"{safe_text(exc, 500)}; start the broker, or point VMSCHED_AMQP_URL at a running one"
             ) from None
         try:
@@ -163,6 +200,35 @@ class BrokerLink:
         await ch.declare_exchange(self.name(c.DEAD_LETTER_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await self.declare_dead_letter_queue()
 
+    async def declare_durable_queue(self, ch: AbstractChannel, name: str) -> AbstractQueue:
+        """Declare the durable work or event queue `name` on `ch` (durable_queue_arguments).
+
+        One that exists with other arguments (the other queue type: VMSCHED_QUEUE_TYPE changed
+        since it was declared) is used as it is, with a warning saying how to convert it, rather
+        than refused: its messages stay and the services run. The arguments are tried first on a
+        throwaway channel, because a refusal closes the channel it came on.
+        """
+        wanted = self.durable_queue_arguments()
+        probe = await self.plain_connection().channel()
+        try:
+            await probe.queue_declare(name, durable=True, arguments=wanted)
+        except aiormq.exceptions.ChannelPreconditionFailed as exc:
+            log.warning(
+                "the queue exists with other arguments (another queue type); using it as it is",
+                queue=name,
+                broker_said=str(exc),
+                wanted=wanted,
+                to_convert=(
+                    f"stop the services consuming it, wait until it is empty (rabbitmqctl list_queues name "
+                    f"messages), delete it (rabbitmqctl delete_queue {name}) and start them again"
+                ),
+            )
+            return await ch.declare_queue(name, passive=True)
+        finally:
+            with contextlib.suppress(Exception):
+                await probe.close()
+        return await ch.declare_queue(name, durable=True, arguments=wanted)
+
     async def declare_dead_letter_queue(self) -> None:
         """Declare and bind the dead-letter queue; keep an existing one declared with other arguments.
 
@@ -177,9 +243,11 @@ class BrokerLink:
             await ch.queue_declare(name, durable=True, arguments=wanted)
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             self.dead_letter_queue_bounded = False
-            policy = json.dumps({k.removeprefix("x-"): v for k, v in wanted.items()})
+            # A policy cannot set a queue's type: only the bounds go into it.
+            policy = json.dumps({k.removeprefix("x-"): v for k, v in wanted.items() if k != "x-queue-type"})
             (log.debug if self._dlq_warned else log.warning)(
-                "the dead-letter queue exists with other arguments; using it as it is (not bounded by bytes)",
+                "the dead-letter queue exists with other arguments (an older bound, or another queue type); "
+                "using it as it is",
                 queue=name,
                 broker_said=str(exc),
                 wanted=wanted,
@@ -199,4 +267,13 @@ class BrokerLink:
                 await ch.close()
 
 
-__all__ = ["BROKER_ERRORS", "DLQ_MAX_LENGTH", "BrokerLink", "broker_address", "dead_letter_queue_arguments", "redacted"]
+__all__ = [
+    "BROKER_ERRORS",
+    "DLQ_MAX_LENGTH",
+    "BrokerLink",
+    "broker_address",
+    "dead_letter_queue_arguments",
+    "queue_type_arguments",
+    "redacted",
+    "work_queue_arguments",
+]

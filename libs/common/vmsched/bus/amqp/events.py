@@ -72,10 +72,12 @@ class Events:
             async with asyncio.timeout(bound_s):
                 ch, events, dlx = await consumer_channel(link, c.EVENTS_EXCHANGE, ExchangeType.TOPIC)
                 # Own queues dead-letter too: a reject (the last resort) must not drop the message.
+                # An own queue is exclusive, so classic (a quorum queue cannot be): it lives and dies
+                # with this connection anyway; named queues have the configured type.
                 if queue is None:
                     q = await ch.declare_queue(exclusive=True, auto_delete=True, arguments=link.queue_arguments())
                 else:
-                    q = await ch.declare_queue(link.name(queue), durable=True, arguments=link.queue_arguments())
+                    q = await link.declare_durable_queue(ch, link.name(queue))
                 for binding in bindings:
                     await q.bind(events, routing_key=binding)
                 queue_name = q.name

@@ -238,7 +238,7 @@ async def serve(
         async with asyncio.timeout(bound_s):
             ch, exchange, dlx = await consumer_channel(link, c.RPC_EXCHANGE, ExchangeType.DIRECT)
             queue_name = link.rpc_queue(route)
-            queue = await ch.declare_queue(queue_name, durable=True, arguments=link.queue_arguments())
+            queue = await link.declare_durable_queue(ch, queue_name)
             await queue.bind(exchange, routing_key=route)
 
             async def on_message(message: AbstractIncomingMessage) -> None:
