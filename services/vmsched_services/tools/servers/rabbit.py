@@ -12,8 +12,10 @@ HOME (the CLI tools and the server both read `$HOME/.erlang.cookie`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -63,6 +65,13 @@ class RabbitNode(PrivateServer):
     def command(self) -> Sequence[str]:
         return [str(RABBIT_BIN / "rabbitmq-server")]
 
+    def signal(self, sig: signal.Signals) -> None:
+        """To the node's whole process group: the script runs the Erlang VM as its child, so a
+        signal to the script alone would leave the node running."""
+        if self.running and self.popen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+
     def environment(self) -> dict[str, str]:
         d = self.directory
         env = {k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))}
@@ -82,10 +91,20 @@ class RabbitNode(PrivateServer):
             RABBITMQ_PID_FILE=str(d / "rabbit.pid"),
             RABBITMQ_CTL_DIST_PORT_MIN=str(ctl_port),
             RABBITMQ_CTL_DIST_PORT_MAX=str(ctl_port),
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}",
+            # Loopback only; and on a small shared machine, no scheduler spinning for work (three
+            # idle nodes would otherwise keep the cores busy) and one scheduler each.
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
+                "-kernel inet_dist_use_interface {127,0,0,1} +sbwt none +sbwtdcpu none +sbwtdio none +S 1:1"
+            ),
             ERL_EPMD_ADDRESS="127.0.0.1",
         )
         return env
+
+    def reap_group(self) -> None:
+        """SIGKILL whatever of the node's process group outlived its script (nothing, normally)."""
+        if self.popen is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
 
     async def ctl(self, *args: str, timeout_s: float = 60.0) -> str:
         """`rabbitmqctl -n <this node> args...`; its output, RuntimeError if it fails."""
@@ -169,8 +188,10 @@ class RabbitCluster:
         raise RuntimeError("no node of the cluster is running")
 
     async def stop(self) -> None:
-        """Stop every node (SIGTERM, then SIGKILL)."""
+        """Stop every node (SIGTERM, then SIGKILL), and anything left of their process groups."""
         await asyncio.gather(*(n.stop() for n in self.nodes))
+        for n in self.nodes:
+            n.reap_group()
 
 
 __all__ = ["RABBIT_BIN", "RabbitCluster", "RabbitNode"]

@@ -1,0 +1,164 @@
+"""The rabbit_node_loss experiment: a 3-node RabbitMQ cluster of our own on loopback, the services'
+queues quorum queues on it, and the node leading them SIGKILLed during a request stream: nothing
+lost or placed twice, and scheduling answers again within a bound.
+
+The cluster is private (tools/servers/rabbit.py): the shared broker is never stopped. The services
+and the engine's client are given all three nodes (VMSCHED_AMQP_URL, VMSCHED_AMQP_FAILOVER_URLS),
+the first one first, so they all start on the node that then leads the queues (a quorum queue's
+leader is put on the node of the connection that declares it): its loss takes away, at once, every
+service's connection and every queue's leader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vmsched.contracts import DecisionStatus, VmSpec
+from vmsched.settings import Settings
+from vmsched_services.tools.chaos.base import (
+    Outcome,
+    Result,
+    Stage,
+    experiment_settings,
+    pending_duplicates,
+    placement_faults,
+    run_tag,
+    schedule_with_retries,
+    staged,
+    timed,
+)
+from vmsched_services.tools.chaos.stream import drive, latency_figures
+from vmsched_services.tools.servers.rabbit import RabbitCluster
+
+#: The services the experiment runs (two selectors: one may be mid-decision when its node goes).
+SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "selector")
+
+
+async def rabbit_node_loss(
+    base: Settings,
+    log_dir: Path,
+    *,
+    requests: int = 300,
+    clusters: int = 2,
+    concurrency: int = 4,
+    spread_s: float = 30.0,
+    kill_at: float = 0.4,
+    seed: int = 8,
+) -> Result:
+    """During a stream of schedule requests, once `kill_at` of them are answered, the node leading
+    the most of the experiment's queues is SIGKILLed: every request is answered (the engine sends
+    a request again under its id, as on any lost connection), none is placed twice, and a fresh
+    request is placed again within 10 s of the kill."""
+    res = Result("rabbit_node_loss", {"requests": requests, "concurrency": concurrency, "nodes": 3})
+    with timed(res):
+        cluster = RabbitCluster(log_dir / "rabbit-cluster")
+        try:
+            await cluster.start()
+            res.figures["cluster_startup_s"] = round(cluster.startup_s, 1)
+            settings = experiment_settings(
+                base,
+                "rabbit-node",
+                amqp_url=cluster.urls[0],
+                amqp_failover_urls=",".join(cluster.urls[1:]),
+                queue_type="quorum",
+                # The experiment's own broker: no prefix needed, but the scope keeps Redis keys apart.
+            )
+            tag = run_tag("rn")
+            rng = random.Random(seed)
+            async with staged(settings, log_dir, SERVICES, tag=tag, clusters=clusters, hosts=4, mem_mb=262_144) as stage:
+                outcomes = stage.requests(rng, requests)
+                loss = _NodeLoss(cluster, settings, stage, outcomes)
+                injector = asyncio.create_task(loss.inject(kill_at))
+                try:
+                    await drive(
+                        stage.client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s
+                    )
+                    await injector
+                finally:
+                    injector.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await injector
+                await _figures(res, settings, stage, outcomes, loss)
+        finally:
+            await cluster.stop()
+        res.check("lost", "==", 0)
+        res.check("duplicate_placements", "==", 0)
+        res.check("pending_mismatches", "==", 0)
+        res.check("services_exited", "==", 0)
+        res.check("queues_led_by_killed_node", ">=", 1)
+        res.check("queues_without_leader_after", "==", 0)
+        res.check_timing("recovery_s", "<=", 10.0, short_bound=60.0)
+    return res
+
+
+@dataclass
+class _NodeLoss:
+    """The kill, and what it did: which node, how many of our queues it led, when placing worked again."""
+
+    cluster: RabbitCluster
+    settings: Settings
+    stage: Stage
+    outcomes: list[Outcome]
+    probes: list[Outcome] = field(default_factory=list)
+    killed: str = ""
+    led_before: int = 0
+    leaderless_after: int = -1
+    recovery_s: float = float("inf")
+
+    async def inject(self, at: float) -> None:
+        while sum(o.decision is not None for o in self.outcomes) < at * len(self.outcomes):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        leaders = await self._our_leaders()
+        counts: dict[str, int] = {}
+        for node in leaders.values():
+            counts[node] = counts.get(node, 0) + 1
+        self.killed = max(counts, key=lambda n: counts[n]) if counts else self.cluster.nodes[0].nodename
+        self.led_before = counts.get(self.killed, 0)
+        killed_at = time.monotonic()
+        await self.cluster.node_named(self.killed).kill()
+        self.recovery_s = await self._recovered_after(killed_at)
+        after = await self._our_leaders()
+        self.leaderless_after = sum(1 for q in leaders if after.get(q, self.killed) == self.killed)
+
+    async def _our_leaders(self) -> dict[str, str]:
+        prefix = self.settings.amqp_prefix
+        return {q: n for q, n in (await self.cluster.queue_leaders()).items() if q.startswith(prefix)}
+
+    async def _recovered_after(self, killed_at: float) -> float:
+        """Seconds from the kill until a fresh request is placed (probes retried every 0.2 s)."""
+        while time.monotonic() - killed_at < 90:
+            o = Outcome(
+                self.stage.hosts[0].cluster_id,
+                VmSpec(vm_id=f"{self.stage.tag}-probe{len(self.probes)}", mem_mb=64, vcpus=1),
+                uuid.uuid4(),
+            )
+            self.probes.append(o)
+            await schedule_with_retries(self.stage.client, o, call_timeout=1.0, give_up_after=1.0)
+            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+                return time.monotonic() - killed_at
+            await asyncio.sleep(0.2)
+        return float("inf")
+
+
+async def _figures(res: Result, settings: Settings, stage: Stage, outcomes: list[Outcome], loss: _NodeLoss) -> None:
+    crashed = [f"{p.name}#{p.index}" for p in stage.stack.procs if not p.alive]
+    latency_figures(res, outcomes)
+    placed = placement_faults(outcomes + loss.probes, stage.hosts)
+    res.figures["duplicate_placements"] = placed["duplicate_placements"]
+    res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes + loss.probes)
+    res.figures["killed_node"] = loss.killed
+    res.figures["queues_led_by_killed_node"] = loss.led_before
+    res.figures["queues_without_leader_after"] = loss.leaderless_after
+    res.figures["recovery_s"] = round(loss.recovery_s, 3) if loss.recovery_s != float("inf") else 999.0
+    res.figures["services_exited"] = len(crashed)
+    if crashed:
+        res.notes.append("exited: " + ", ".join(crashed))
+
+
+__all__ = ["rabbit_node_loss"]
