@@ -13,16 +13,17 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import aio_pika
-import aiormq
 import pytest
 import structlog
 
+from tests.integration.conftest import declared_with
 from vmsched import constants as c
 from vmsched.bus.amqp import AmqpBus, dead_letter_queue_arguments, work_queue_arguments
 from vmsched.bus.codec import CONTENT_TYPE, encode
 from vmsched.contracts import ClusterReport, ClusterState, Message, StateRequest
 from vmsched.settings import Settings
 from vmsched_services.tools.procs import delete_broker_objects
+from vmsched_services.tools.servers.base import free_port
 
 pytestmark = [pytest.mark.integration]
 
@@ -38,19 +39,6 @@ async def answer(request: StateRequest) -> ClusterState:
         hosts=[],
         vms=[],
     )
-
-
-async def equivalent(settings: Settings, queue: str, arguments: dict[str, Any]) -> bool:
-    """Whether the broker holds `queue` with exactly these arguments (a redeclaration with others is
-    refused: that refusal is how a client tells a queue's type without the management plugin)."""
-    conn = await aio_pika.connect(settings.amqp_url)
-    async with conn:
-        ch = await conn.channel()
-        try:
-            await ch.declare_queue(queue, durable=True, arguments=arguments)
-        except aiormq.exceptions.ChannelPreconditionFailed:
-            return False
-        return True
 
 
 def classic_arguments(settings: Settings) -> dict[str, Any]:
@@ -95,10 +83,10 @@ async def test_work_event_and_dead_letter_queues_are_quorum_queues_by_default(sc
         assert quorum["x-dead-letter-strategy"] == "at-least-once"
         assert quorum["x-overflow"] == "reject-publish"
         for queue in (bus.rpc_queue("t-route"), bus.name("t-events")):
-            assert await equivalent(scoped, queue, quorum), queue
-            assert not await equivalent(scoped, queue, classic_arguments(scoped)), queue
+            assert await declared_with(scoped, queue, quorum), queue
+            assert not await declared_with(scoped, queue, classic_arguments(scoped)), queue
         dlq = bus.name(c.DEAD_LETTER_QUEUE)
-        assert await equivalent(scoped, dlq, dead_letter_queue_arguments(scoped))
+        assert await declared_with(scoped, dlq, dead_letter_queue_arguments(scoped))
         assert dead_letter_queue_arguments(scoped)["x-queue-type"] == "quorum"
         assert bus.dead_letter_queue_bounded
 
@@ -109,8 +97,8 @@ async def test_classic_setting_declares_classic_queues_as_before(scoped: Setting
         await bus.serve("t-route", StateRequest, answer)
         queue = bus.rpc_queue("t-route")
         assert work_queue_arguments(classic, bus.name(c.DEAD_LETTER_EXCHANGE)) == classic_arguments(classic)
-        assert await equivalent(classic, queue, classic_arguments(classic))
-        assert not await equivalent(classic, queue, work_queue_arguments(scoped, bus.name(c.DEAD_LETTER_EXCHANGE)))
+        assert await declared_with(classic, queue, classic_arguments(classic))
+        assert not await declared_with(classic, queue, work_queue_arguments(scoped, bus.name(c.DEAD_LETTER_EXCHANGE)))
         assert "x-queue-type" not in dead_letter_queue_arguments(classic)
 
 
@@ -127,7 +115,7 @@ async def test_a_queue_of_the_other_type_is_used_as_it_is_with_a_warning(scoped:
             await server.serve("t-route", StateRequest, answer)
             reply = await client.call("t-route", StateRequest(cluster_id="c1"), ClusterState)
     assert reply.cluster_id == "c1"
-    assert await equivalent(scoped, queue, classic_arguments(scoped))  # still classic
+    assert await declared_with(scoped, queue, classic_arguments(scoped))  # still classic
     warned = [e for e in logged if e["event"].startswith("the queue exists with other arguments")]
     assert warned
     assert warned[0]["log_level"] == "warning"
@@ -163,3 +151,12 @@ async def test_a_request_expired_in_a_quorum_queue_reaches_the_dead_letter_queue
         assert result.requeued == [found.id]
         assert await bus.queue_depths([ROUTE_QUEUE]) == {ROUTE_QUEUE: 1}
         assert all(d.body != body for d in await bus.dead_letters())
+
+
+async def test_a_bus_whose_first_node_is_down_connects_to_the_next_one(scoped: Settings) -> None:
+    down = f"amqp://guest:guest@127.0.0.1:{free_port()}/"
+    two_nodes = scoped.model_copy(update={"amqp_url": down, "amqp_failover_urls": scoped.amqp_url})
+    async with started(two_nodes, "state-tracker") as server, started(two_nodes, "client") as client:
+        await server.serve("t-route", StateRequest, answer)
+        assert (await client.call("t-route", StateRequest(cluster_id="c2"), ClusterState)).cluster_id == "c2"
+        assert server.link.node_url == scoped.amqp_url

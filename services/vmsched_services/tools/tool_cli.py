@@ -193,7 +193,9 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
 
     s = command(sub, "chaos", "run the fault suite against the configured servers (own prefixes)", cmd_chaos)
     s.add_argument(
-        "experiments", nargs="*", help="worker_kill | selector_kill | stale_holder | broker_drop | rabbit_node_loss | hostile_input"
+        "experiments",
+        nargs="*",
+        help="worker_kill | selector_kill | stale_holder | broker_drop | rabbit_node_loss | hostile_input",
     )
     s.add_argument(
         "--long",

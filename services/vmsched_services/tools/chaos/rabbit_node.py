@@ -16,9 +16,11 @@ import contextlib
 import random
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vmsched.client import SchedulerClient
 from vmsched.contracts import DecisionStatus, VmSpec
 from vmsched.settings import Settings
 from vmsched_services.tools.chaos.base import (
@@ -26,11 +28,12 @@ from vmsched_services.tools.chaos.base import (
     Result,
     Stage,
     experiment_settings,
+    make_clusters,
     pending_duplicates,
     placement_faults,
     run_tag,
+    running,
     schedule_with_retries,
-    staged,
     timed,
 )
 from vmsched_services.tools.chaos.stream import drive, latency_figures
@@ -38,6 +41,8 @@ from vmsched_services.tools.servers.rabbit import RabbitCluster
 
 #: The services the experiment runs (two selectors: one may be mid-decision when its node goes).
 SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "selector")
+#: How long the services may take to consume (the default 30 s is short with the nodes running).
+SERVICES_START_S = 90.0
 
 
 async def rabbit_node_loss(
@@ -54,7 +59,8 @@ async def rabbit_node_loss(
     """During a stream of schedule requests, once `kill_at` of them are answered, the node leading
     the most of the experiment's queues is SIGKILLed: every request is answered (the engine sends
     a request again under its id, as on any lost connection), none is placed twice, and a fresh
-    request is placed again within 10 s of the kill."""
+    request is placed again within 10 s of the kill. The node is started again afterwards (it
+    rejoins by itself) so the services stop as they would on a whole cluster."""
     res = Result("rabbit_node_loss", {"requests": requests, "concurrency": concurrency, "nodes": 3})
     with timed(res):
         cluster = RabbitCluster(log_dir / "rabbit-cluster")
@@ -71,9 +77,10 @@ async def rabbit_node_loss(
             )
             tag = run_tag("rn")
             rng = random.Random(seed)
-            async with staged(settings, log_dir, SERVICES, tag=tag, clusters=clusters, hosts=4, mem_mb=262_144) as stage:
+            async with _staged(settings, log_dir, tag, clusters) as stage:
                 outcomes = stage.requests(rng, requests)
                 loss = _NodeLoss(cluster, settings, stage, outcomes)
+                await loss.find_leaders()  # before the stream: rabbitmqctl takes seconds
                 injector = asyncio.create_task(loss.inject(kill_at))
                 try:
                     await drive(
@@ -106,25 +113,43 @@ class _NodeLoss:
     stage: Stage
     outcomes: list[Outcome]
     probes: list[Outcome] = field(default_factory=list)
+    leaders: dict[str, str] = field(default_factory=dict)
     killed: str = ""
     led_before: int = 0
+    in_flight_at_kill: int = 0
     leaderless_after: int = -1
     recovery_s: float = float("inf")
+    rejoined_s: float = float("inf")
+    restart_error: str = ""
 
-    async def inject(self, at: float) -> None:
-        while sum(o.decision is not None for o in self.outcomes) < at * len(self.outcomes):  # noqa: ASYNC110
-            await asyncio.sleep(0.05)
-        leaders = await self._our_leaders()
+    async def find_leaders(self) -> None:
+        """Which node leads the most of the experiment's queues: the one to kill."""
+        self.leaders = await self._our_leaders()
         counts: dict[str, int] = {}
-        for node in leaders.values():
+        for node in self.leaders.values():
             counts[node] = counts.get(node, 0) + 1
         self.killed = max(counts, key=lambda n: counts[n]) if counts else self.cluster.nodes[0].nodename
         self.led_before = counts.get(self.killed, 0)
+
+    async def inject(self, at: float) -> None:
+        """Once `at` of the stream is answered: SIGKILL the node, measure until a request is placed
+        again, count the queues left without a leader, and start the node again (it rejoins)."""
+        while sum(o.decision is not None for o in self.outcomes) < at * len(self.outcomes):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        node = self.cluster.node_named(self.killed)
         killed_at = time.monotonic()
-        await self.cluster.node_named(self.killed).kill()
+        await node.kill()
+        self.in_flight_at_kill = sum(o.attempts > 0 and o.decision is None for o in self.outcomes)
         self.recovery_s = await self._recovered_after(killed_at)
         after = await self._our_leaders()
-        self.leaderless_after = sum(1 for q in leaders if after.get(q, self.killed) == self.killed)
+        self.leaderless_after = sum(1 for q in self.leaders if after.get(q, self.killed) == self.killed)
+        restarted = time.monotonic()
+        try:
+            await node.start()
+        except RuntimeError as exc:  # a figure of its own (999), not the end of the experiment
+            self.restart_error = str(exc)[:300]
+        else:
+            self.rejoined_s = time.monotonic() - restarted
 
     async def _our_leaders(self) -> dict[str, str]:
         prefix = self.settings.amqp_prefix
@@ -146,6 +171,16 @@ class _NodeLoss:
         return float("inf")
 
 
+@contextlib.asynccontextmanager
+async def _staged(settings: Settings, log_dir: Path, tag: str, clusters: int) -> AsyncIterator[Stage]:
+    """base.staged, with more time for the services to start: three Erlang nodes share the machine."""
+    async with running(settings, log_dir) as stack:
+        started = await stack.start(*SERVICES, timeout=SERVICES_START_S)
+        async with SchedulerClient(settings) as client:
+            hosts = await make_clusters(client, tag, clusters, 4, 262_144)
+            yield Stage(stack, started, client, tag, clusters, hosts)
+
+
 async def _figures(res: Result, settings: Settings, stage: Stage, outcomes: list[Outcome], loss: _NodeLoss) -> None:
     crashed = [f"{p.name}#{p.index}" for p in stage.stack.procs if not p.alive]
     latency_figures(res, outcomes)
@@ -154,9 +189,13 @@ async def _figures(res: Result, settings: Settings, stage: Stage, outcomes: list
     res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes + loss.probes)
     res.figures["killed_node"] = loss.killed
     res.figures["queues_led_by_killed_node"] = loss.led_before
+    res.figures["in_flight_at_kill"] = loss.in_flight_at_kill
     res.figures["queues_without_leader_after"] = loss.leaderless_after
     res.figures["recovery_s"] = round(loss.recovery_s, 3) if loss.recovery_s != float("inf") else 999.0
+    res.figures["node_restart_s"] = round(loss.rejoined_s, 1) if loss.rejoined_s != float("inf") else 999.0
     res.figures["services_exited"] = len(crashed)
+    if loss.restart_error:
+        res.notes.append(f"the killed node did not start again: {loss.restart_error}")
     if crashed:
         res.notes.append("exited: " + ", ".join(crashed))
 

@@ -42,7 +42,7 @@ class FailoverConnection(RobustConnection):
         super().__init__(self._nodes[self._index], **kwargs)
         self._initialised = True
 
-    @property  # type: ignore[override]  # an attribute of Connection, read and written the same way
+    @property
     def transport(self) -> UnderlayConnection | None:
         return self._transport
 
@@ -68,15 +68,13 @@ async def connect_failover(settings: Settings, **kwargs: Any) -> AbstractRobustC
     failure if none does. Later reconnects go round the nodes from the one it is on."""
     nodes = amqp_urls(settings)
     if len(nodes) == 1:
-        return await aio_pika.connect_robust(nodes[0], **kwargs)
+        conn: AbstractRobustConnection = await aio_pika.connect_robust(nodes[0], **kwargs)
+        return conn
     last: BaseException | None = None
     for first in range(len(nodes)):
         try:
-            return await aio_pika.connect_robust(
-                nodes[first],
-                connection_class=_bound(nodes, first),
-                **kwargs,
-            )
+            conn = await aio_pika.connect_robust(nodes[first], connection_class=_bound(nodes, first), **kwargs)
+            return conn
         except Exception as exc:  # the next node is tried; the last failure is raised
             last = exc
     assert last is not None
