@@ -15,13 +15,11 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from vmsched.client import SchedulerClient
-from vmsched.contracts import DecisionStatus, VmSpec
 from vmsched.settings import Settings
 from vmsched_services.tools.chaos.base import (
     Outcome,
@@ -33,10 +31,9 @@ from vmsched_services.tools.chaos.base import (
     placement_faults,
     run_tag,
     running,
-    schedule_with_retries,
     timed,
 )
-from vmsched_services.tools.chaos.stream import drive, latency_figures
+from vmsched_services.tools.chaos.stream import drive_during, latency_figures, placed_again_after
 from vmsched_services.tools.servers.rabbit import RabbitCluster
 
 #: The services the experiment runs (two selectors: one may be mid-decision when its node goes).
@@ -81,16 +78,7 @@ async def rabbit_node_loss(
                 outcomes = stage.requests(rng, requests)
                 loss = _NodeLoss(cluster, settings, stage, outcomes)
                 await loss.find_leaders()  # before the stream: rabbitmqctl takes seconds
-                injector = asyncio.create_task(loss.inject(kill_at))
-                try:
-                    await drive(
-                        stage.client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s
-                    )
-                    await injector
-                finally:
-                    injector.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await injector
+                await drive_during(loss.inject(kill_at), stage.client, outcomes, concurrency, spread_s)
                 await _figures(res, settings, stage, outcomes, loss)
         finally:
             await cluster.stop()
@@ -140,7 +128,7 @@ class _NodeLoss:
         killed_at = time.monotonic()
         await node.kill()
         self.in_flight_at_kill = sum(o.attempts > 0 and o.decision is None for o in self.outcomes)
-        self.recovery_s = await self._recovered_after(killed_at)
+        self.recovery_s = await placed_again_after(self.stage, self.probes, killed_at, give_up_s=90.0)
         after = await self._our_leaders()
         self.leaderless_after = sum(1 for q in self.leaders if after.get(q, self.killed) == self.killed)
         restarted = time.monotonic()
@@ -154,21 +142,6 @@ class _NodeLoss:
     async def _our_leaders(self) -> dict[str, str]:
         prefix = self.settings.amqp_prefix
         return {q: n for q, n in (await self.cluster.queue_leaders()).items() if q.startswith(prefix)}
-
-    async def _recovered_after(self, killed_at: float) -> float:
-        """Seconds from the kill until a fresh request is placed (probes retried every 0.2 s)."""
-        while time.monotonic() - killed_at < 90:
-            o = Outcome(
-                self.stage.hosts[0].cluster_id,
-                VmSpec(vm_id=f"{self.stage.tag}-probe{len(self.probes)}", mem_mb=64, vcpus=1),
-                uuid.uuid4(),
-            )
-            self.probes.append(o)
-            await schedule_with_retries(self.stage.client, o, call_timeout=1.0, give_up_after=1.0)
-            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
-                return time.monotonic() - killed_at
-            await asyncio.sleep(0.2)
-        return float("inf")
 
 
 @contextlib.asynccontextmanager
