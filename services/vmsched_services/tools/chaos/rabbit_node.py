@@ -33,7 +33,7 @@ from vmsched_services.tools.chaos.base import (
     running,
     timed,
 )
-from vmsched_services.tools.chaos.stream import drive_during, latency_figures, placed_again_after
+from vmsched_services.tools.chaos.stream import drive_during, latency_figures, placed_again_after, settle
 from vmsched_services.tools.servers.rabbit import RabbitCluster
 
 #: The services the experiment runs (two selectors: one may be mid-decision when its node goes).
@@ -79,6 +79,10 @@ async def rabbit_node_loss(
                 loss = _NodeLoss(cluster, settings, stage, outcomes)
                 await loss.find_leaders()  # before the stream: rabbitmqctl takes seconds
                 await drive_during(loss.inject(kill_at), stage.client, outcomes, concurrency, spread_s)
+                # A probe given up on may still have been placed (its reply lost with the node):
+                # asked again under its id, as an engine would, so the pending records can be
+                # checked against every decision.
+                res.figures["probes_unanswered"] = await settle(stage.client, loss.probes)
                 await _figures(res, settings, stage, outcomes, loss)
         finally:
             await cluster.stop()

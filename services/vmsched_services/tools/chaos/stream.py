@@ -135,6 +135,15 @@ async def placed_again_after(stage: Stage, probes: list[Outcome], since: float, 
     return float("inf")
 
 
+async def settle(client: SchedulerClient, outcomes: list[Outcome], give_up_s: float = 30.0) -> int:
+    """Send every unanswered request of `outcomes` again under its id (the selector answers a replay
+    with the decision it made, if it made one); how many were unanswered before."""
+    unanswered = [o for o in outcomes if o.decision is None]
+    for o in unanswered:
+        await schedule_with_retries(client, o, call_timeout=3.0, give_up_after=give_up_s)
+    return len(unanswered)
+
+
 def latency_figures(res: Result, outcomes: list[Outcome]) -> None:
     lat = [o.latency_s for o in outcomes if o.answered]
     res.figures["requests"] = len(outcomes)
