@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import random
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,9 @@ async def _figures(res: Result, settings: Settings, stage: Stage, outcomes: list
     res.figures["recovery_s"] = round(loss.recovery_s, 3) if loss.recovery_s != float("inf") else 999.0
     res.figures["node_restart_s"] = round(loss.rejoined_s, 1) if loss.rejoined_s != float("inf") else 999.0
     res.figures["services_exited"] = len(crashed)
+    texts = Counter(e[:160] for o in outcomes + loss.probes for e in o.errors)
+    if texts:
+        res.notes.append("most frequent client errors: " + " | ".join(f"{t} x{n}" for t, n in texts.most_common(3)))
     if loss.restart_error:
         res.notes.append(f"the killed node did not start again: {loss.restart_error}")
     if crashed:
