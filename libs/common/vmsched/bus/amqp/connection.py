@@ -100,6 +100,9 @@ class BrokerLink:
         #: False when an older dead-letter queue (declared with other arguments) is used as it is.
         self.dead_letter_queue_bounded = True
         self._dlq_warned = False
+        #: The background reopening of the publishing channel after a nack, and when it last began.
+        self._renewing: asyncio.Task[None] | None = None
+        self._renewed_at = float("-inf")
 
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
@@ -162,6 +165,34 @@ class BrokerLink:
             self._conn = None
             raise self.unavailable(exc) from None
         return ch
+
+    def renew_publishing_channel(self) -> None:
+        """After a publish the broker refused (nack): reopen the publishing channel, at most once
+        per reconnect interval, in the background.
+
+        A channel RabbitMQ 3.10 opened while a quorum queue was electing its new leader can keep
+        the old leader and nack every later publish to that queue, for good; a new channel looks
+        the leader up afresh. The robust channel reopens by itself when its underlying channel
+        closes (the reply consumer is registered again, calls waiting on the old one fail
+        retryably).
+        """
+        ch = self.channel
+        now = asyncio.get_running_loop().time()
+        if ch is None or self._renewing is not None or now < self._renewed_at + self.settings.amqp_reconnect_interval_s:
+            return
+        self._renewed_at = now
+
+        async def renew() -> None:
+            try:
+                underlay = await ch.get_underlay_channel()
+                await underlay.close()
+            except Exception as exc:  # the connection's own recovery takes over
+                log.debug("could not reopen the publishing channel", error=repr(exc))
+            finally:
+                self._renewing = None
+
+        log.warning("a publish was refused (nack); reopening the publishing channel")
+        self._renewing = asyncio.create_task(renew())
 
     async def close(self) -> None:
         if self._conn is not None:

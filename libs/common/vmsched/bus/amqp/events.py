@@ -53,6 +53,9 @@ class Events:
                 )
         except TimeoutError:
             raise self.link.unavailable(f"no confirm within {bound_s:g} s") from None
+        except aio_pika.exceptions.DeliveryError as exc:
+            self.link.renew_publishing_channel()
+            raise self.link.unavailable(exc) from None
         except BROKER_ERRORS as exc:
             raise self.link.unavailable(exc) from None
 

@@ -202,6 +202,9 @@ class RpcClient:
                         log.warning("request refused for want of a reply consumer; sending it again", route=route)
                         return None
                     raise self.link.unavailable(exc) from None
+                except aio_pika.exceptions.DeliveryError as exc:
+                    self.link.renew_publishing_channel()
+                    raise self.link.unavailable(exc) from None
                 except BROKER_ERRORS as exc:
                     raise self.link.unavailable(exc) from None
                 if isinstance(result, aiormq.abc.DeliveredMessage):
