@@ -175,6 +175,13 @@ async def _figures(res: Result, settings: Settings, stage: Stage, outcomes: list
     texts = Counter(e[:160] for o in outcomes + loss.probes for e in o.errors)
     if texts:
         res.notes.append("most frequent client errors: " + " | ".join(f"{t} x{n}" for t, n in texts.most_common(3)))
+    unanswered = Counter(
+        "no reply" if o.decision is None else f"{o.decision.error.code if o.decision.error else 'error'}"
+        for o in outcomes
+        if not o.answered
+    )
+    if unanswered:
+        res.notes.append("unanswered: " + ", ".join(f"{k} x{n}" for k, n in unanswered.most_common()))
     if loss.restart_error:
         res.notes.append(f"the killed node did not start again: {loss.restart_error}")
     if crashed:

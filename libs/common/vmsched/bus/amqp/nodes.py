@@ -5,11 +5,13 @@ that is gone would wait for that node forever while its peers hold the (quorum) 
 `FailoverConnection` is the same robust connection (channels, exchanges, queues and consumers
 restored on reconnect) whose URL moves to the next node before every connection attempt after
 the first: the robust connection clears its transport at the start of each attempt, which is
-where the URL is moved on (aio-pika has no hook of its own for it).
+where the URL is moved on (aio-pika has no hook of its own for it). After a lost connection, the
+channels are restored one reconnect interval after connecting (see `_on_connected`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aio_pika
@@ -56,6 +58,15 @@ class FailoverConnection(RobustConnection):
                 self.url = self._nodes[self._index]
             self._attempts += 1
         self._transport = value
+
+    async def _on_connected(self) -> None:
+        # After a lost connection, wait one reconnect interval before restoring the channels: the
+        # node that went may have led queues whose new leaders are still being elected, and a
+        # consumer restored on such a queue can hang for seconds until the broker closes the
+        # connection (INTERNAL_ERROR). Until then the connection counts as not yet back.
+        if self._attempts > 1:
+            await asyncio.sleep(self.reconnect_interval)
+        await super()._on_connected()
 
     @property
     def node(self) -> URL:
