@@ -21,11 +21,16 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import aio_pika
+import aiormq
 import pytest
 import redis.asyncio as aioredis
 
+from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
+from vmsched.bus.amqp import work_queue_arguments
 from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
@@ -152,3 +157,24 @@ async def services(cfg: Settings, *names: str, bus: Buses | None = None) -> Asyn
     finally:
         stop.set()
         await asyncio.wait_for(task, STOP_TIMEOUT_S)
+
+
+async def declared_with(settings: Settings, queue: str, arguments: dict[str, Any]) -> bool:
+    """Whether the broker holds the durable `queue` (full name) with exactly these arguments: a
+    redeclaration with others is refused, which is how a client tells a queue's type without the
+    management plugin."""
+    conn = await aio_pika.connect(settings.amqp_url)
+    async with conn:
+        ch = await conn.channel()
+        try:
+            await ch.declare_queue(queue, durable=True, arguments=arguments)
+        except aiormq.exceptions.ChannelPreconditionFailed:
+            return False
+        return True
+
+
+async def is_quorum_queue(settings: Settings, queue: str) -> bool:
+    """Whether `queue` (full name) is a quorum work queue of ours, as VMSCHED_QUEUE_TYPE=quorum declares it."""
+    quorum = settings.model_copy(update={"queue_type": "quorum"})
+    dlx = f"{settings.amqp_prefix}{c.DEAD_LETTER_EXCHANGE}"
+    return await declared_with(settings, queue, work_queue_arguments(quorum, dlx))

@@ -14,7 +14,8 @@ import pytest
 
 from tests import factories
 from tests.factories import first_generation
-from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, is_quorum_queue, services
+from vmsched import constants as c
 from vmsched.contracts import DecisionStatus, PendingEntry, ScheduleRequest, VmSpec
 from vmsched.db import migrate
 from vmsched.scheduling.hosts import HostTable
@@ -107,7 +108,10 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
 ) -> None:
     """More requests wait than a group takes: the urgent one and the one whose deadline is near are
     in the first group although they came last; nobody misses its deadline. (The order applies to
-    the requests a selector has received: all of these are within its prefetch window.)"""
+    the requests a selector has received: all of these are within its prefetch window.) On RabbitMQ
+    the work queues are quorum queues, which have no message priorities: the order is the selector's."""
+    if buses.kind == "amqp":
+        assert await is_quorum_queue(stack, f"{stack.amqp_prefix}{c.RPC_QUEUES[c.RPC_SCHEDULE]}")
     cluster = f"prio-{unique}"
     async with buses.client(stack) as client:
         await factories.make_cluster(client, cluster, 8, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)

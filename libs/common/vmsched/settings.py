@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -10,6 +12,14 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="VMSCHED_", extra="ignore", frozen=True)
 
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    #: Other nodes of the same RabbitMQ cluster, comma-separated AMQP URLs: connecting, and
+    #: reconnecting after a lost connection, tries amqp_url and these in turn.
+    amqp_failover_urls: str = ""
+    #: The type of the work queues, the named event queues and the dead-letter queue: "quorum"
+    #: (replicated on the cluster's nodes, kept while a majority of them runs; dead-lettering at
+    #: least once) or "classic" (on one node, lost with it). A queue that already exists as the
+    #: other type is used as it is, with a warning (docs/operating.md says how to convert it).
+    queue_type: Literal["quorum", "classic"] = "quorum"
     redis_url: str = "redis://127.0.0.1:6379/0"
     postgres_url: str = "postgresql://127.0.0.1:5432/vmsched"
 

@@ -209,7 +209,8 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     s.add_argument(
         "experiments",
         nargs="*",
-        help="worker_kill | selector_kill | stale_holder | broker_drop | hostile_input | postgres_away | redis_away",
+        help="worker_kill | selector_kill | stale_holder | broker_drop | rabbit_node_loss | hostile_input | "
+        "postgres_away | redis_away | redis_sentinel_failover | redis_cluster_failover | tracker_kill",
     )
     s.add_argument(
         "--long",

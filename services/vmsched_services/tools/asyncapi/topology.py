@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from vmsched import constants as c
-from vmsched.bus.amqp import DLQ_MAX_LENGTH, REPLY_TO
+from vmsched.bus.amqp import REPLY_TO, dead_letter_queue_arguments, work_queue_arguments
 from vmsched.settings import Settings
 from vmsched_services.tools.asyncapi.catalogue import RPCS
 from vmsched_services.tools.asyncapi.wire import DEAD_LETTER_HEADERS, VHOST
@@ -18,6 +18,19 @@ from vmsched_services.tools.asyncapi.wire import DEAD_LETTER_HEADERS, VHOST
 def _setting_default(name: str) -> Any:
     """A setting's default, never the environment's value: the document must not depend on where it is built."""
     return Settings.model_fields[name].default
+
+
+#: The settings' defaults, never the environment's values (the queues' arguments are built from them).
+DEFAULTS = Settings.model_construct()
+
+#: How the durable queues' arguments follow VMSCHED_QUEUE_TYPE (the document shows the default, quorum).
+QUEUE_TYPE_NOTE = (
+    "Arguments for the default VMSCHED_QUEUE_TYPE=quorum: replicated on the cluster's nodes, dead-lettering at "
+    "least once (x-dead-letter-strategy at-least-once, which the broker accepts only with x-overflow "
+    "reject-publish). With VMSCHED_QUEUE_TYPE=classic, x-queue-type, x-dead-letter-strategy and x-overflow are "
+    "left out. A queue that exists as the other type is used as it is, with a warning. Quorum queues have no "
+    "message priorities: vmsched uses none (a request's priority orders it in the selector)."
+)
 
 
 def exchanges() -> dict[str, dict[str, Any]]:
@@ -60,7 +73,8 @@ def binding_exchange(exchange: dict[str, Any]) -> dict[str, Any]:
 
 def queues() -> list[dict[str, Any]]:
     """Every queue vmsched names: who declares it, with which arguments, bound how."""
-    dlx_argument = {"x-dead-letter-exchange": c.DEAD_LETTER_EXCHANGE}
+    dlx_argument = work_queue_arguments(DEFAULTS, c.DEAD_LETTER_EXCHANGE)
+    from_settings = {"x-queue-type": "VMSCHED_QUEUE_TYPE"}
     out: list[dict[str, Any]] = []
     served = {key: server for _, key, _, _, server, _ in RPCS}
     for route, name in c.RPC_QUEUES.items():
@@ -72,6 +86,8 @@ def queues() -> list[dict[str, Any]]:
                 "exclusive": False,
                 "autoDelete": False,
                 "arguments": dlx_argument,
+                "x-vmsched-arguments-from": from_settings,
+                "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
                 "bindings": [{"exchange": c.RPC_EXCHANGE, "routingKey": route}],
                 "declaredBy": f"{server}, when it starts serving `{route}`",
                 "consumedBy": f"every {server} process (competing consumers)",
@@ -86,6 +102,8 @@ def queues() -> list[dict[str, Any]]:
             "exclusive": False,
             "autoDelete": False,
             "arguments": dlx_argument,
+            "x-vmsched-arguments-from": from_settings,
+            "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
             "bindings": [{"exchange": c.EVENTS_EXCHANGE, "routingKey": c.STATE_EVENTS_BINDING}],
             "declaredBy": "state-tracker, when it starts",
             "consumedBy": "every state-tracker process, in order",
@@ -100,12 +118,8 @@ def queues() -> list[dict[str, Any]]:
             "durable": True,
             "exclusive": False,
             "autoDelete": False,
-            "arguments": {
-                "x-max-length": DLQ_MAX_LENGTH,
-                "x-max-length-bytes": _setting_default("dead_letter_queue_max_bytes"),
-                "x-overflow": "drop-head",
-            },
-            "x-vmsched-arguments-from": {"x-max-length-bytes": "VMSCHED_DEAD_LETTER_QUEUE_MAX_BYTES"},
+            "arguments": dead_letter_queue_arguments(DEFAULTS),
+            "x-vmsched-arguments-from": {**from_settings, "x-max-length-bytes": "VMSCHED_DEAD_LETTER_QUEUE_MAX_BYTES"},
             "bindings": [{"exchange": c.DEAD_LETTER_EXCHANGE, "routingKey": "#"}],
             "declaredBy": "every vmsched process, on connecting (an existing one with other arguments is used as "
             "it is)",

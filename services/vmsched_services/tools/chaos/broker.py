@@ -8,12 +8,10 @@ import asyncio
 import contextlib
 import random
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vmsched.contracts import DecisionStatus, VmSpec
 from vmsched.settings import Settings
 from vmsched_services.tools.chaos.base import (
     Outcome,
@@ -24,12 +22,11 @@ from vmsched_services.tools.chaos.base import (
     pending_duplicates,
     placement_faults,
     run_tag,
-    schedule_with_retries,
     staged,
     timed,
 )
 from vmsched_services.tools.chaos.inject import close_broker_connections, kill_redis_clients, restart_broker_app
-from vmsched_services.tools.chaos.stream import drive, latency_figures
+from vmsched_services.tools.chaos.stream import drive_during, latency_figures, placed_again_after
 from vmsched_services.tools.procs import ServiceStack
 
 
@@ -60,16 +57,7 @@ async def broker_drop(
             if restart_broker:
                 steps.append((0.7, "broker_restart"))
             faults = _BrokerFaults(settings, stage, outcomes)
-            injector = asyncio.create_task(faults.inject(steps))
-            try:
-                await drive(
-                    stage.client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s
-                )
-                await injector
-            finally:
-                injector.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await injector
+            await drive_during(faults.inject(steps), stage.client, outcomes, concurrency, spread_s)
             await _broker_drop_figures(res, settings, stage, outcomes, faults)
         res.check("lost", "==", 0)
         res.check("duplicate_placements", "==", 0)
@@ -102,7 +90,7 @@ class _BrokerFaults:
                 await asyncio.sleep(0.05)
             n = await self._one(fault)
             self.injected[fault] = self.injected.get(fault, 0) + n
-            took = await self._recovered_after(time.monotonic())
+            took = await placed_again_after(self.stage, self.probes, time.monotonic())
             self.recoveries[fault] = max(self.recoveries.get(fault, 0.0), took)
 
     def _progress(self) -> int:
@@ -116,21 +104,6 @@ class _BrokerFaults:
             return await kill_redis_clients(self.settings, services)
         await restart_broker_app()
         return 1
-
-    async def _recovered_after(self, fault_end: float) -> float:
-        """Seconds from `fault_end` until a fresh request is placed (probes retried every 0.2 s)."""
-        while time.monotonic() - fault_end < 60:
-            o = Outcome(
-                self.stage.hosts[0].cluster_id,
-                VmSpec(vm_id=f"{self.stage.tag}-probe{len(self.probes)}", mem_mb=64, vcpus=1),
-                uuid.uuid4(),
-            )
-            self.probes.append(o)
-            await schedule_with_retries(self.stage.client, o, call_timeout=1.0, give_up_after=1.0)
-            if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
-                return time.monotonic() - fault_end
-            await asyncio.sleep(0.2)
-        return float("inf")
 
 
 def _logged(stack: ServiceStack, markers: tuple[str, ...]) -> Counter[str]:

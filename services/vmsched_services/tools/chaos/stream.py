@@ -10,16 +10,19 @@ import os
 import random
 import signal
 import time
+import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 from vmsched.client import SchedulerClient
-from vmsched.contracts import DecisionStatus, VmReport, VmStatus
+from vmsched.contracts import DecisionStatus, VmReport, VmSpec, VmStatus
 from vmsched.errors import BusUnavailable
 from vmsched_services.tools.chaos.base import (
     Host,
     Outcome,
     Result,
+    Stage,
     placement_faults,
     schedule_with_retries,
 )
@@ -82,6 +85,25 @@ async def _report_with_retries(client: SchedulerClient, report: VmReport, give_u
             await asyncio.sleep(0.2)
 
 
+async def drive_during(
+    fault: Coroutine[Any, Any, None],
+    client: SchedulerClient,
+    outcomes: list[Outcome],
+    concurrency: int,
+    spread_s: float,
+) -> None:
+    """`drive` the stream (3 s calls, each request sent again for up to 90 s) while `fault` runs beside
+    it; the fault is awaited too, and cancelled if the stream fails."""
+    injector = asyncio.create_task(fault)
+    try:
+        await drive(client, outcomes, concurrency, call_timeout=3.0, give_up_after=90.0, spread_s=spread_s)
+        await injector
+    finally:
+        injector.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await injector
+
+
 async def kill_and_replace(
     stack: ServiceStack,
     service: str,
@@ -137,6 +159,33 @@ def placement_figures(res: Result, outcomes: list[Outcome], hosts: list[Host]) -
     res.figures["placed"] = faults["placed"]
     res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
     res.figures["duplicate_placements"] = faults["duplicate_placements"]
+
+
+async def placed_again_after(stage: Stage, probes: list[Outcome], since: float, give_up_s: float = 60.0) -> float:
+    """Seconds from `since` (a fault's end) until a fresh request is placed: a small probe VM sent
+    every 0.2 s, each kept in `probes` (their placements count in the experiment's figures); inf if
+    none is placed within `give_up_s`."""
+    while time.monotonic() - since < give_up_s:
+        o = Outcome(
+            stage.hosts[0].cluster_id,
+            VmSpec(vm_id=f"{stage.tag}-probe{len(probes)}", mem_mb=64, vcpus=1),
+            uuid.uuid4(),
+        )
+        probes.append(o)
+        await schedule_with_retries(stage.client, o, call_timeout=1.0, give_up_after=1.0)
+        if o.decision is not None and o.decision.status is DecisionStatus.PLACED:
+            return time.monotonic() - since
+        await asyncio.sleep(0.2)
+    return float("inf")
+
+
+async def settle(client: SchedulerClient, outcomes: list[Outcome], give_up_s: float = 30.0) -> int:
+    """Send every unanswered request of `outcomes` again under its id (the selector answers a replay
+    with the decision it made, if it made one); how many were unanswered before."""
+    unanswered = [o for o in outcomes if o.decision is None]
+    for o in unanswered:
+        await schedule_with_retries(client, o, call_timeout=3.0, give_up_after=give_up_s)
+    return len(unanswered)
 
 
 def latency_figures(res: Result, outcomes: list[Outcome]) -> None:

@@ -1,8 +1,10 @@
 """The Bus on RabbitMQ (aio-pika). See vmsched.bus.base for the contract.
 
 One job per module:
-* connection: the robust connection, the topology (exchanges, the bounded dead-letter queue),
-  waiting out a recovery, and every broker failure as BusUnavailable;
+* connection: the robust connection, the topology (exchanges, the bounded dead-letter queue, the
+  durable queues' type and arguments), waiting out a recovery, and every broker failure as
+  BusUnavailable;
+* nodes: connecting to one of a cluster's nodes, and reconnecting to the next one;
 * rpc: `call` over direct reply-to (deadlines, re-registering the reply consumer after a
   recovery) and `serve`;
 * events: `publish` and `subscribe`;
@@ -19,9 +21,12 @@ from vmsched.bus.amqp.connection import (
     BrokerLink,
     broker_address,
     dead_letter_queue_arguments,
+    queue_type_arguments,
     redacted,
+    work_queue_arguments,
 )
 from vmsched.bus.amqp.consumers import CANCEL_TIMEOUT_S
+from vmsched.bus.amqp.nodes import amqp_urls
 from vmsched.bus.amqp.rpc import REPLY_TO
 from vmsched.bus.dispatch import HEADER_DEADLINE, TRANSIENT
 
@@ -34,7 +39,10 @@ __all__ = [
     "TRANSIENT",
     "AmqpBus",
     "BrokerLink",
+    "amqp_urls",
     "broker_address",
     "dead_letter_queue_arguments",
+    "queue_type_arguments",
     "redacted",
+    "work_queue_arguments",
 ]

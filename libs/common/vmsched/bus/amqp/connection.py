@@ -15,12 +15,18 @@ import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractRobustChannel, AbstractRobustConnection, ExchangeType
+from aio_pika.abc import (
+    AbstractChannel,
+    AbstractQueue,
+    AbstractRobustChannel,
+    AbstractRobustConnection,
+    ExchangeType,
+)
 from yarl import URL
 
 from vmsched import constants as c
+from vmsched.bus.amqp.nodes import FailoverConnection, amqp_urls, connect_failover
 from vmsched.bus.codec import safe_text
 from vmsched.errors import BusUnavailable
 from vmsched.logging import get_logger
@@ -40,10 +46,29 @@ def dead_letter_queue_arguments(settings: Settings) -> dict[str, Any]:
     One function, because a redeclaration with other arguments is refused by the broker.
     """
     return {
+        **queue_type_arguments(settings),
         "x-max-length": DLQ_MAX_LENGTH,
         "x-max-length-bytes": settings.dead_letter_queue_max_bytes,
         "x-overflow": "drop-head",
     }
+
+
+def queue_type_arguments(settings: Settings) -> dict[str, Any]:
+    """What makes a durable queue of ours the configured type (nothing for classic, so queues
+    declared before the setting existed are equivalent to classic ones)."""
+    return {"x-queue-type": "quorum"} if settings.queue_type == "quorum" else {}
+
+
+def work_queue_arguments(settings: Settings, dead_letter_exchange: str) -> dict[str, Any]:
+    """A durable work or event queue's arguments: its type, its dead-letter exchange and, for a
+    quorum queue, dead-lettering at least once (what the broker dead-letters itself, a request
+    expired or a message rejected, stays in the queue until the dead-letter queue confirmed it;
+    the broker accepts that strategy only with reject-publish overflow, and these queues have no
+    length limit for it to apply to)."""
+    args: dict[str, Any] = {**queue_type_arguments(settings), "x-dead-letter-exchange": dead_letter_exchange}
+    if settings.queue_type == "quorum":
+        args |= {"x-dead-letter-strategy": "at-least-once", "x-overflow": "reject-publish"}
+    return args
 
 
 def redacted(url: str) -> str:
@@ -75,8 +100,9 @@ class BrokerLink:
         #: False when an older dead-letter queue (declared with other arguments) is used as it is.
         self.dead_letter_queue_bounded = True
         self._dlq_warned = False
-        #: Queues of SINGLE_ACTIVE_QUEUES that exist without taking turns (older, used as they are).
-        self._competing: set[str] = set()
+        #: The background reopening of the publishing channel after a nack, and when it last began.
+        self._renewing: asyncio.Task[None] | None = None
+        self._renewed_at = float("-inf")
 
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
@@ -87,7 +113,12 @@ class BrokerLink:
         return self.name(c.RPC_QUEUES.get(route, f"vmsched.{route}"))
 
     def queue_arguments(self) -> dict[str, Any]:
+        """The arguments of a connection's own (exclusive, so always classic) queue."""
         return {"x-dead-letter-exchange": self.name(c.DEAD_LETTER_EXCHANGE)}
+
+    def durable_queue_arguments(self) -> dict[str, Any]:
+        """The arguments of a durable work or event queue (see work_queue_arguments)."""
+        return work_queue_arguments(self.settings, self.name(c.DEAD_LETTER_EXCHANGE))
 
     @property
     def connection(self) -> AbstractRobustConnection:
@@ -95,10 +126,16 @@ class BrokerLink:
             raise RuntimeError("bus not started")
         return self._conn
 
+    @property
+    def node_url(self) -> str:
+        """The node the connection is on (or was last tried), amqp_url before connecting."""
+        conn = self._conn
+        return str(conn.url) if isinstance(conn, FailoverConnection) else self.settings.amqp_url
+
     def unavailable(self, exc: BaseException | str) -> BusUnavailable:
         why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {safe_text(exc, 500)}"
         return BusUnavailable(
-            f"RabbitMQ at {broker_address(self.settings.amqp_url)} is unreachable: {why}; it reconnects by itself"
+            f"RabbitMQ at {broker_address(self.node_url)} is unreachable: {why}; it reconnects by itself"
         )
 
     async def open(self, prepare: Callable[[AbstractChannel], Awaitable[None]]) -> AbstractRobustChannel:
@@ -106,15 +143,16 @@ class BrokerLink:
         (the RPC client's and the publisher's exchanges, the reply consumer); BusUnavailable, with
         nothing left open, if any step fails."""
         try:
-            self._conn = await aio_pika.connect_robust(
-                self.settings.amqp_url,
+            self._conn = await connect_failover(
+                self.settings,
                 client_properties={"connection_name": f"vmsched-{self.service}"},
                 reconnect_interval=self.settings.amqp_reconnect_interval_s,
                 timeout=self.settings.rpc_timeout_s,
             )
         except (*BROKER_ERRORS, TimeoutError) as exc:
+            tried = ", ".join(redacted(u) for u in amqp_urls(self.settings))
             raise BusUnavailable(
-                f"RabbitMQ at {redacted(self.settings.amqp_url)} is unreachable: {type(exc).__name__}: "
+                f"RabbitMQ at {tried} is unreachable: {type(exc).__name__}: "
                 f"{safe_text(exc, 500)}; start the broker, or point VMSCHED_AMQP_URL at a running one"
             ) from None
         try:
@@ -127,6 +165,34 @@ class BrokerLink:
             self._conn = None
             raise self.unavailable(exc) from None
         return ch
+
+    def renew_publishing_channel(self) -> None:
+        """After a publish the broker refused (nack): reopen the publishing channel, at most once
+        per reconnect interval, in the background.
+
+        A channel RabbitMQ 3.10 opened while a quorum queue was electing its new leader can keep
+        the old leader and nack every later publish to that queue, for good; a new channel looks
+        the leader up afresh. The robust channel reopens by itself when its underlying channel
+        closes (the reply consumer is registered again, calls waiting on the old one fail
+        retryably).
+        """
+        ch = self.channel
+        now = asyncio.get_running_loop().time()
+        if ch is None or self._renewing is not None or now < self._renewed_at + self.settings.amqp_reconnect_interval_s:
+            return
+        self._renewed_at = now
+
+        async def renew() -> None:
+            try:
+                underlay = await ch.get_underlay_channel()
+                await underlay.close()
+            except Exception as exc:  # the connection's own recovery takes over
+                log.debug("could not reopen the publishing channel", error=repr(exc))
+            finally:
+                self._renewing = None
+
+        log.warning("a publish was refused (nack); reopening the publishing channel")
+        self._renewing = asyncio.create_task(renew())
 
     async def close(self) -> None:
         if self._conn is not None:
@@ -165,34 +231,41 @@ class BrokerLink:
         await ch.declare_exchange(self.name(c.DEAD_LETTER_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await self.declare_dead_letter_queue()
 
-    async def named_queue_arguments(self, raw: str) -> dict[str, Any]:
-        """The arguments to declare the durable queue `raw` with: queue_arguments(), plus a single
-        active consumer for SINGLE_ACTIVE_QUEUES. A queue of those that exists without it (declared
-        by an older version) is used as it is, with a warning: its consumers then compete, and
-        only one of them must run. Probed on a throwaway channel (a refusal closes it)."""
-        args = self.queue_arguments()
-        name = self.name(raw)
-        if raw not in c.SINGLE_ACTIVE_QUEUES or name in self._competing:
-            return args
-        wanted = {**args, "x-single-active-consumer": True}
-        ch = await self.plain_connection().channel()
+    async def declare_durable_queue(
+        self, ch: AbstractChannel, name: str, *, single_active: bool = False
+    ) -> AbstractQueue:
+        """Declare the durable work or event queue `name` on `ch` (durable_queue_arguments; with
+        `single_active`, its consumers take turns: one consumes, the others stand by).
+
+        One that exists with other arguments (the other queue type: VMSCHED_QUEUE_TYPE changed
+        since it was declared; or declared by an older version without taking turns) is used as it
+        is, with a warning saying how to convert it, rather than refused: its messages stay and the
+        services run (where consumers should take turns, run one only). The arguments are tried
+        first on a throwaway channel, because a refusal closes the channel it came on.
+        """
+        wanted = self.durable_queue_arguments()
+        if single_active:
+            wanted["x-single-active-consumer"] = True
+        probe = await self.plain_connection().channel()
         try:
-            await ch.queue_declare(name, durable=True, arguments=wanted)
+            await probe.queue_declare(name, durable=True, arguments=wanted)
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
-            self._competing.add(name)
             log.warning(
-                "the queue exists without a single active consumer; using it as it is: run one consumer only",
+                "the queue exists with other arguments (another queue type, or no single active consumer); "
+                "using it as it is",
                 queue=name,
                 broker_said=str(exc),
-                to_migrate=(
-                    f"stop its consumers, let it drain, delete it (rabbitmqctl delete_queue {name}) and restart them"
+                wanted=wanted,
+                to_convert=(
+                    f"stop the services consuming it, wait until it is empty (rabbitmqctl list_queues name "
+                    f"messages), delete it (rabbitmqctl delete_queue {name}) and start them again"
                 ),
             )
-            return args
+            return await ch.declare_queue(name, passive=True)
         finally:
             with contextlib.suppress(Exception):
-                await ch.close()
-        return wanted
+                await probe.close()
+        return await ch.declare_queue(name, durable=True, arguments=wanted)
 
     async def declare_dead_letter_queue(self) -> None:
         """Declare and bind the dead-letter queue; keep an existing one declared with other arguments.
@@ -208,9 +281,11 @@ class BrokerLink:
             await ch.queue_declare(name, durable=True, arguments=wanted)
         except aiormq.exceptions.ChannelPreconditionFailed as exc:
             self.dead_letter_queue_bounded = False
-            policy = json.dumps({k.removeprefix("x-"): v for k, v in wanted.items()})
+            # A policy cannot set a queue's type: only the bounds go into it.
+            policy = json.dumps({k.removeprefix("x-"): v for k, v in wanted.items() if k != "x-queue-type"})
             (log.debug if self._dlq_warned else log.warning)(
-                "the dead-letter queue exists with other arguments; using it as it is (not bounded by bytes)",
+                "the dead-letter queue exists with other arguments (an older bound, or another queue type); "
+                "using it as it is",
                 queue=name,
                 broker_said=str(exc),
                 wanted=wanted,
@@ -230,4 +305,13 @@ class BrokerLink:
                 await ch.close()
 
 
-__all__ = ["BROKER_ERRORS", "DLQ_MAX_LENGTH", "BrokerLink", "broker_address", "dead_letter_queue_arguments", "redacted"]
+__all__ = [
+    "BROKER_ERRORS",
+    "DLQ_MAX_LENGTH",
+    "BrokerLink",
+    "broker_address",
+    "dead_letter_queue_arguments",
+    "queue_type_arguments",
+    "redacted",
+    "work_queue_arguments",
+]

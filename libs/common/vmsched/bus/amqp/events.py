@@ -56,6 +56,9 @@ class Events:
                 )
         except TimeoutError:
             raise self.link.unavailable(f"no confirm within {bound_s:g} s") from None
+        except aio_pika.exceptions.DeliveryError as exc:
+            self.link.renew_publishing_channel()
+            raise self.link.unavailable(exc) from None
         except BROKER_ERRORS as exc:
             raise self.link.unavailable(exc) from None
 
@@ -75,11 +78,14 @@ class Events:
             async with asyncio.timeout(bound_s):
                 ch, events, dlx = await consumer_channel(link, c.EVENTS_EXCHANGE, ExchangeType.TOPIC)
                 # Own queues dead-letter too: a reject (the last resort) must not drop the message.
+                # An own queue is exclusive, so classic (a quorum queue cannot be): it lives and dies
+                # with this connection anyway; named queues have the configured type.
                 if queue is None:
                     q = await ch.declare_queue(exclusive=True, auto_delete=True, arguments=link.queue_arguments())
                 else:
-                    arguments = await link.named_queue_arguments(queue)
-                    q = await ch.declare_queue(link.name(queue), durable=True, arguments=arguments)
+                    q = await link.declare_durable_queue(
+                        ch, link.name(queue), single_active=queue in c.SINGLE_ACTIVE_QUEUES
+                    )
                 for binding in bindings:
                     await q.bind(events, routing_key=binding)
                 queue_name = q.name

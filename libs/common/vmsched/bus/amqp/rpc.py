@@ -202,6 +202,9 @@ class RpcClient:
                         log.warning("request refused for want of a reply consumer; sending it again", route=route)
                         return None
                     raise self.link.unavailable(exc) from None
+                except aio_pika.exceptions.DeliveryError as exc:
+                    self.link.renew_publishing_channel()
+                    raise self.link.unavailable(exc) from None
                 except BROKER_ERRORS as exc:
                     raise self.link.unavailable(exc) from None
                 if isinstance(result, aiormq.abc.DeliveredMessage):
@@ -238,7 +241,7 @@ async def serve(
         async with asyncio.timeout(bound_s):
             ch, exchange, dlx = await consumer_channel(link, c.RPC_EXCHANGE, ExchangeType.DIRECT)
             queue_name = link.rpc_queue(route)
-            queue = await ch.declare_queue(queue_name, durable=True, arguments=link.queue_arguments())
+            queue = await link.declare_durable_queue(ch, queue_name)
             await queue.bind(exchange, routing_key=route)
 
             async def on_message(message: AbstractIncomingMessage) -> None:
