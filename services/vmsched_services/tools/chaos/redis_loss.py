@@ -417,7 +417,9 @@ def _figures(res: Result, engine: _Engine, outcomes: list[Outcome], loss: _Loss,
     res.figures["duplicate_placements"] = faults["duplicate_placements"]
     res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
     res.figures.update(replayed)
-    res.figures["stale_writes_refused"] = loss.holder_outcomes["REFUSED"] + loss.holder_outcomes["ABORTED"]
+    res.figures["stale_writes_refused"] = loss.holder_outcomes["REFUSED"]
+    # The holder noticed it lost its lock (its renewal failed) before writing: as safe as refused.
+    res.figures["stale_writes_aborted"] = loss.holder_outcomes["ABORTED"]
     res.figures["stale_writes_accepted"] = loss.holder_outcomes["WRITTEN"]
     res.figures["stale_writes_landed"] = loss.landed
     res.figures["takeovers"] = loss.takeovers
