@@ -200,12 +200,14 @@ class _Loss:
     holder: asyncio.subprocess.Process
     holder_tokens: dict[str, int]
     probe_cluster: str
+    replays: int
     decided_before: list[Outcome] = field(default_factory=list)
     back_at: float = 0.0
     recovery_s: float = 999.0
     holder_outcomes: Counter[str] = field(default_factory=Counter)
     takeovers: int = 0
     landed: int = 0
+    replayed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     async def run(self, outcomes: list[Outcome], at: float) -> None:
@@ -217,6 +219,8 @@ class _Loss:
         await self.server.start()
         self.back_at = time.monotonic()
         self.recovery_s = await self._placed_again()
+        # At once, while the clusters still have room: a replay placed again would be placed.
+        self.replayed = await _replay(self.engine, self.decided_before, self.replays)
         await self._take_over_and_resume()
 
     async def _placed_again(self) -> float:
@@ -299,9 +303,9 @@ async def _replay(engine: _Engine, before: list[Outcome], k: int) -> dict[str, i
             got["placed_twice"] += 1
             got["placed_twice_elsewhere"] += d.host_id != first.host_id
         else:
-            got["replays_other"] += 1
+            got[f"replays_{d.status.value}"] += 1
     keys = ("replays_decision_lost", "replays_same_decision", "placed_twice", "placed_twice_elsewhere")
-    return {"replayed": len(placed), **{k: got[k] for k in keys}, "replays_unanswered": got["replays_unanswered"]}
+    return {"replayed": len(placed), **{k: got[k] for k in keys}, **{k: n for k, n in got.items() if k not in keys}}
 
 
 @dataclass(frozen=True)
@@ -351,6 +355,8 @@ async def redis_restart(
         res.check("placed_twice", "==", 0)
         res.check("duplicate_placements", "==", 0)
         res.check("over_committed_hosts", "==", 0)
+        res.check("replayed", "==", replays)
+        res.check("stale_writes_kept_out", "==", holder_clusters)
         res.check("stale_writes_accepted", "==", 0)
         res.check("stale_writes_landed", "==", 0)
         res.check("resync_requests", ">=", 1)
@@ -386,11 +392,10 @@ async def _run(res: Result, settings: Settings, server: PrivateRedis, log_dir: P
                     )
                     for i in range(size.requests)
                 ]
-                loss = _Loss(server, engine, settings, holder, tokens, f"{tag}-probe")
+                loss = _Loss(server, engine, settings, holder, tokens, f"{tag}-probe", size.replays)
                 fault = asyncio.create_task(loss.run(outcomes, size.at))
                 await _stream(engine, outcomes, size.concurrency, size.spread_s)
                 await fault
-                replayed = await _replay(engine, loss.decided_before, size.replays)
             finally:
                 answering.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -400,10 +405,10 @@ async def _run(res: Result, settings: Settings, server: PrivateRedis, log_dir: P
                         os.kill(holder.pid, signal.SIGCONT)
                         holder.kill()
                 await holder.wait()
-    _figures(res, engine, outcomes, loss, replayed)
+    _figures(res, engine, outcomes, loss)
 
 
-def _figures(res: Result, engine: _Engine, outcomes: list[Outcome], loss: _Loss, replayed: dict[str, int]) -> None:
+def _figures(res: Result, engine: _Engine, outcomes: list[Outcome], loss: _Loss) -> None:
     latency_figures(res, outcomes)
     in_time = sum(o.answered and o.latency_s <= IN_TIME_S for o in outcomes)
     res.figures["answered_within_5s"] = in_time
@@ -416,12 +421,15 @@ def _figures(res: Result, engine: _Engine, outcomes: list[Outcome], loss: _Loss,
     faults = placement_faults(outcomes, engine.all_hosts())
     res.figures["duplicate_placements"] = faults["duplicate_placements"]
     res.figures["over_committed_hosts"] = faults["over_committed_hosts"]
-    res.figures.update(replayed)
+    res.figures.update({"placed_twice": 0, **loss.replayed})
     res.figures["stale_writes_refused"] = loss.holder_outcomes["REFUSED"]
     # The holder noticed it lost its lock (its renewal failed) before writing: as safe as refused.
     res.figures["stale_writes_aborted"] = loss.holder_outcomes["ABORTED"]
     res.figures["stale_writes_accepted"] = loss.holder_outcomes["WRITTEN"]
     res.figures["stale_writes_landed"] = loss.landed
+    res.figures["stale_writes_kept_out"] = int(res.figures["stale_writes_refused"]) + int(
+        res.figures["stale_writes_aborted"]
+    )
     res.figures["takeovers"] = loss.takeovers
     res.figures["resync_requests"] = sum(engine.resync_requests.values())
     res.figures["full_reports"] = len(engine.full_reports)
