@@ -126,7 +126,7 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 "before: decision_lost), 0 over-committed hosts, 0 stale writes accepted, recovery <= 10 s",
                 redis_restart,
                 short={"requests": 40, "clusters": 2, "holder_clusters": 2, "replays": 3, "spread_s": 8.0},
-                long={"requests": 120, "clusters": 2, "holder_clusters": 4, "replays": 5, "spread_s": 30.0},
+                long={"requests": 120, "clusters": 2, "hosts": 4, "holder_clusters": 4, "replays": 5, "spread_s": 30.0},
             ),
         )
     }
