@@ -32,9 +32,6 @@ from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     ClusterReport,
     DecisionStatus,
-    HostReport,
-    HostStatus,
-    PendingEntry,
     VmReport,
     VmSpec,
     VmStatus,
@@ -50,13 +47,15 @@ from vmsched_services.tools.chaos.base import (
     Outcome,
     Result,
     experiment_settings,
+    host_report,
     placement_faults,
     run_tag,
     running,
+    schedule_with_retries,
     timed,
 )
 from vmsched_services.tools.chaos.holder import stale_vm
-from vmsched_services.tools.chaos.stale import _read_outcomes, _read_tokens, _start_holder
+from vmsched_services.tools.chaos.stale import read_outcomes, read_tokens, start_holder, taker_entry
 from vmsched_services.tools.chaos.stream import latency_figures
 from vmsched_services.tools.servers.redis import PrivateRedis
 
@@ -93,19 +92,7 @@ class _Engine:
     async def _report_cluster(self, cluster_id: str) -> None:
         await self.client.report_cluster(ClusterReport(cluster_id=cluster_id))
         for h in self.hosts[cluster_id]:
-            await self.client.report_host(
-                HostReport(
-                    cluster_id=cluster_id,
-                    host_id=h.host_id,
-                    status=HostStatus.UP,
-                    cpu_cores=32,
-                    cpu_usage_pct=5.0,
-                    physical_mem_mb=h.mem_mb,
-                    mem_free_mb=h.mem_mb,
-                    reserved_mem_mb=h.reserved_mb,
-                    networks=["vmnet"],
-                )
-            )
+            await self.client.report_host(host_report(h))
 
     async def start_vm(self, cluster_id: str, host_id: str, vm: VmSpec) -> None:
         """Start a placed VM: known to the engine first (a full report includes VMs starting), then reported."""
@@ -145,32 +132,11 @@ def _running(cluster_id: str, host_id: str, vm: VmSpec) -> VmReport:
 async def _schedule(
     engine: _Engine, o: Outcome, *, call_timeout: float, give_up_after: float, start: bool = True
 ) -> Outcome:
-    """Send the request until a final answer (the same request id on every resend); with `start`, start
-    the VM it places."""
-    started = time.monotonic()
-    end = started + give_up_after
-    while time.monotonic() < end:
-        o.attempts += 1
-        try:
-            d = await engine.client.schedule(
-                o.cluster_id,
-                o.vm,
-                request_id=o.request_id,
-                explain_scores=False,
-                timeout=max(0.5, min(call_timeout, end - time.monotonic())),
-            )
-        except Exception as exc:  # a timeout, a lost connection: the engine sends it again
-            o.errors.append(f"{type(exc).__name__}: {exc}"[:200])
-            await asyncio.sleep(0.1)
-            continue
-        o.replies.append(d)
-        if d.status is DecisionStatus.ERROR and d.error is not None and d.error.code in RESEND_CODES:
-            o.errors.append(f"decision error {d.error.code}")
-            await asyncio.sleep(0.1)
-            continue
-        o.decision = d
-        break
-    o.latency_s = time.monotonic() - started
+    """Send the request until a final answer (the same request id on every resend, `state_resyncing`
+    included); with `start`, start the VM it places."""
+    await schedule_with_retries(
+        engine.client, o, call_timeout=call_timeout, give_up_after=give_up_after, retry_codes=RESEND_CODES, pause_s=0.1
+    )
     if start and o.decision is not None and o.decision.status is DecisionStatus.PLACED and o.decision.host_id:
         await engine.start_vm(o.cluster_id, o.decision.host_id, o.vm)
     return o
@@ -250,7 +216,7 @@ class _Loss:
             assert self.holder.stdout is not None
             self.holder.stdin.write(b"WRITE\n")
             await self.holder.stdin.drain()
-            self.holder_outcomes.update(await _read_outcomes(self.holder.stdout))
+            self.holder_outcomes.update(await read_outcomes(self.holder.stdout))
             for cid in self.holder_tokens:
                 if await pending.get(cid, stale_vm(cid)) is not None:
                     self.landed += 1
@@ -266,16 +232,7 @@ class _Loss:
                 await asyncio.sleep(0.2)
                 continue
             try:
-                entry = PendingEntry(
-                    vm_id=f"taker-{cid}",
-                    host_id=f"{cid}-h0",
-                    mem_mb=512,
-                    vcpus=1,
-                    request_id=uuid.uuid4(),
-                    fencing_token=lease.token,
-                    expires_at=time.time() + 300,
-                )
-                await pending.record(cid, [entry], lease.token)
+                await pending.record(cid, [taker_entry(cid, lease.token)], lease.token)
             finally:
                 await locks.release(lease)
             return True
@@ -379,10 +336,10 @@ async def _run(res: Result, settings: Settings, server: PrivateRedis, log_dir: P
             for cid in held:
                 await engine.add_cluster(cid, 1, SMALL_HOST_MB)
             answering = asyncio.create_task(engine.answer_resyncs())
-            holder = await _start_holder(settings, held, log_dir / "holder.stderr")
+            holder = await start_holder(settings, held, log_dir / "holder.stderr")
             try:
                 assert holder.stdout is not None
-                tokens = await _read_tokens(holder.stdout, len(held), log_dir / "holder.stderr")
+                tokens = await read_tokens(holder.stdout, len(held), log_dir / "holder.stderr")
                 rng = random.Random(size.seed)
                 outcomes = [
                     Outcome(
