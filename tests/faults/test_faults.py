@@ -96,3 +96,11 @@ async def test_redis_away(chaos_settings: Settings, tmp_path: Path) -> None:
     """Redis stopped under the services: they stop consuming, nothing is answered internal or lost."""
     result = await run_short("redis_away", chaos_settings, tmp_path)
     assert result.passed, _verdict(result.failures())
+
+
+async def test_redis_restart(chaos_settings: Settings, tmp_path: Path) -> None:
+    """Redis SIGKILLed and started empty under a request stream: none lost, none placed twice (a replayed
+    request decided before is answered decision_lost), no host over-committed, the frozen holder's
+    stale write refused."""
+    result = await run_short("redis_restart", chaos_settings, tmp_path)
+    assert result.passed, _verdict(result.failures())

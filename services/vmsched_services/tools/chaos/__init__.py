@@ -25,6 +25,7 @@ from vmsched_services.tools.chaos.kills import selector_kill, worker_kill
 from vmsched_services.tools.chaos.outages import postgres_away, redis_away
 from vmsched_services.tools.chaos.rabbit_node import rabbit_node_loss
 from vmsched_services.tools.chaos.redis_ha import redis_failover
+from vmsched_services.tools.chaos.redis_loss import redis_restart
 from vmsched_services.tools.chaos.stale import stale_holder
 from vmsched_services.tools.chaos.tracker import tracker_kill
 
@@ -151,6 +152,15 @@ EXPERIMENTS: Mapping[str, Experiment] = MappingProxyType(
                 redis_away,
                 short={"requests": 40, "concurrency": 4, "spread_s": 8.0, "away_s": 4.0},
                 long={"requests": 100, "spread_s": 20.0, "away_s": 10.0},
+            ),
+            Experiment(
+                "redis_restart",
+                "a private Redis (every service's, no persistence) SIGKILLed and started empty during a request "
+                "stream, a lock holder frozen across it: 0 lost, 0 placed twice (replays of requests decided "
+                "before: decision_lost), 0 over-committed hosts, 0 stale writes accepted, recovery <= 10 s",
+                redis_restart,
+                short={"requests": 40, "clusters": 2, "holder_clusters": 2, "replays": 3, "spread_s": 8.0},
+                long={"requests": 120, "clusters": 2, "hosts": 4, "holder_clusters": 4, "replays": 5, "spread_s": 30.0},
             ),
         )
     }

@@ -237,6 +237,21 @@ class Host:
         return self.mem_mb * self.overcommit_pct / 100 - self.reserved_mb
 
 
+def host_report(h: Host) -> HostReport:
+    """The engine's report of `h`: Up, 32 cores, all its memory free."""
+    return HostReport(
+        cluster_id=h.cluster_id,
+        host_id=h.host_id,
+        status=HostStatus.UP,
+        cpu_cores=32,
+        cpu_usage_pct=5.0,
+        physical_mem_mb=h.mem_mb,
+        mem_free_mb=h.mem_mb,
+        reserved_mem_mb=h.reserved_mb,
+        networks=["vmnet"],
+    )
+
+
 async def make_clusters(client: SchedulerClient, prefix: str, clusters: int, hosts: int, mem_mb: int) -> list[Host]:
     """Report `clusters` clusters of `hosts` Up hosts each and wait until the state tracker has them."""
     out: list[Host] = []
@@ -246,19 +261,7 @@ async def make_clusters(client: SchedulerClient, prefix: str, clusters: int, hos
         for hi in range(hosts):
             h = Host(cid, f"{cid}-h{hi}", mem_mb)
             out.append(h)
-            await client.report_host(
-                HostReport(
-                    cluster_id=cid,
-                    host_id=h.host_id,
-                    status=HostStatus.UP,
-                    cpu_cores=32,
-                    cpu_usage_pct=5.0,
-                    physical_mem_mb=h.mem_mb,
-                    mem_free_mb=h.mem_mb,
-                    reserved_mem_mb=h.reserved_mb,
-                    networks=["vmnet"],
-                )
-            )
+            await client.report_host(host_report(h))
     for ci in range(clusters):
         await client.wait_for_state(f"{prefix}-c{ci}", hosts=hosts, timeout=30)
     return out
@@ -331,11 +334,17 @@ async def staged(
 
 
 async def schedule_with_retries(
-    client: SchedulerClient, outcome: Outcome, *, call_timeout: float, give_up_after: float
+    client: SchedulerClient,
+    outcome: Outcome,
+    *,
+    call_timeout: float,
+    give_up_after: float,
+    retry_codes: frozenset[str] = RETRYABLE_CODES,
+    pause_s: float = 0.0,
 ) -> Outcome:
-    """Send the request; on a timeout, a lost connection or a transient error decision, send it
-    again under the same request id (the selector's decision store makes that idempotent), until
-    `give_up_after` seconds have passed since the first send."""
+    """Send the request; on a timeout, a lost connection or a transient error decision (`retry_codes`,
+    then a pause of `pause_s`), send it again under the same request id (the selector's decision store
+    makes that idempotent), until `give_up_after` seconds have passed since the first send."""
     started = time.monotonic()
     end = started + give_up_after
     while time.monotonic() < end:
@@ -353,8 +362,9 @@ async def schedule_with_retries(
             await asyncio.sleep(0.1)
             continue
         outcome.replies.append(d)
-        if d.status is DecisionStatus.ERROR and d.error is not None and d.error.code in RETRYABLE_CODES:
+        if d.status is DecisionStatus.ERROR and d.error is not None and d.error.code in retry_codes:
             outcome.errors.append(f"decision error {d.error.code}")
+            await asyncio.sleep(pause_s)
             continue
         outcome.decision = d
         break

@@ -98,18 +98,18 @@ class _Taker:
         self.pending = PendingStore(self.redis, self.settings)
 
     async def round(self, names: list[str], stderr: Path) -> None:
-        proc = await _start_holder(self.settings, names, stderr)
+        proc = await start_holder(self.settings, names, stderr)
         assert proc.stdin is not None
         assert proc.stdout is not None
         try:
-            tokens = await _read_tokens(proc.stdout, len(names), stderr)
+            tokens = await read_tokens(proc.stdout, len(names), stderr)
             os.kill(proc.pid, signal.SIGSTOP)
             stopped = time.monotonic()
             await asyncio.gather(*(self._take_over(cid, tokens[cid], stopped) for cid in names))
             os.kill(proc.pid, signal.SIGCONT)
             proc.stdin.write(b"WRITE\n")
             await proc.stdin.drain()
-            self.outcomes.update(await _read_outcomes(proc.stdout))
+            self.outcomes.update(await read_outcomes(proc.stdout))
             await self._look_for_writes(names)
         finally:
             if proc.returncode is None:
@@ -127,16 +127,7 @@ class _Taker:
             self.takeovers.append(time.monotonic() - stopped)
             if lease.token <= holder_token:
                 raise RuntimeError(f"token {lease.token} after the holder's {holder_token}")
-            entry = PendingEntry(
-                vm_id=f"taker-{cid}",
-                host_id=f"{cid}-h1",
-                mem_mb=1024,
-                vcpus=1,
-                request_id=uuid.uuid4(),
-                fencing_token=lease.token,
-                expires_at=time.time() + 300,
-            )
-            await self.pending.record(cid, [entry], lease.token)
+            await self.pending.record(cid, [taker_entry(cid, lease.token)], lease.token)
         finally:
             await self.locks.release(lease)
 
@@ -148,7 +139,20 @@ class _Taker:
                 self.notes.append(f"the taker's own write to {cid} is missing")
 
 
-async def _start_holder(settings: Settings, names: list[str], stderr: Path) -> asyncio.subprocess.Process:
+def taker_entry(cid: str, token: int) -> PendingEntry:
+    """The pending record the lock's new holder writes (with its own, valid token) after the takeover."""
+    return PendingEntry(
+        vm_id=f"taker-{cid}",
+        host_id=f"{cid}-h1",
+        mem_mb=1024,
+        vcpus=1,
+        request_id=uuid.uuid4(),
+        fencing_token=token,
+        expires_at=time.time() + 300,
+    )
+
+
+async def start_holder(settings: Settings, names: list[str], stderr: Path) -> asyncio.subprocess.Process:
     with stderr.open("wb") as err:
         return await asyncio.create_subprocess_exec(
             sys.executable,
@@ -162,7 +166,7 @@ async def _start_holder(settings: Settings, names: list[str], stderr: Path) -> a
         )
 
 
-async def _read_tokens(stdout: asyncio.StreamReader, clusters: int, stderr: Path) -> dict[str, int]:
+async def read_tokens(stdout: asyncio.StreamReader, clusters: int, stderr: Path) -> dict[str, int]:
     """The holder's fencing token per cluster, from its `LOCKED <cluster> <token>` lines."""
     tokens: dict[str, int] = {}
     async with asyncio.timeout(30):
@@ -175,7 +179,7 @@ async def _read_tokens(stdout: asyncio.StreamReader, clusters: int, stderr: Path
     return tokens
 
 
-async def _read_outcomes(stdout: asyncio.StreamReader) -> Counter[str]:
+async def read_outcomes(stdout: asyncio.StreamReader) -> Counter[str]:
     """What the holder reported of its stale writes, up to its `DONE`."""
     outcomes: Counter[str] = Counter()
     async with asyncio.timeout(30):
