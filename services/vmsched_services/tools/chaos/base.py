@@ -276,7 +276,7 @@ def random_vm(rng: random.Random, vm_id: str, sizes: tuple[int, ...] = VM_SIZES_
 
 
 #: Decision errors worth sending the same request again (a lock held by a dead selector).
-RETRYABLE_CODES = frozenset({"lock_timeout", "rpc_timeout", "no_consumer", "fenced_out"})
+RETRYABLE_CODES = frozenset({"lock_timeout", "rpc_timeout", "no_consumer", "fenced_out", "state_resyncing"})
 
 
 @dataclass

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from vmsched.contracts import DecisionStatus, VmSpec
+from vmsched.contracts import ClusterReport, DecisionStatus, VmSpec
 from vmsched.db.migrate import migrate
 from vmsched.settings import Settings
 from vmsched_services.tools.chaos.base import (
@@ -32,6 +32,7 @@ from vmsched_services.tools.chaos.base import (
     Result,
     Stage,
     experiment_settings,
+    host_report,
     make_clusters,
     run_tag,
     schedule_with_retries,
@@ -270,11 +271,31 @@ async def _redis_outage(
     await asyncio.sleep(min(away_s, 3.0))  # each service notices within its readiness interval
     res.figures["consumers_while_away"] = await st.stack.consumers("selector")
     await asyncio.sleep(max(0.0, away_s - (time.monotonic() - stopped)))
+    # A restarted Redis is a new server run: vmsched cannot know it lost nothing, so it asks the
+    # engine for a full report of each cluster; this engine answers as the contract says.
+    answering = asyncio.create_task(_answer_resyncs(st))
+    await asyncio.sleep(0.2)  # subscribed before anything is asked
     await server.start()
     started = time.monotonic()
-    # As an engine does when told Redis lost a cluster's state (a restart may count as that).
-    await make_clusters(st.client, st.tag, st.clusters, 4, HOST_MEM_MB)
-    res.figures["recovery_s"] = round(await _placed_after(st, f"{st.tag}-c0", started), 3)
+    try:
+        res.figures["recovery_s"] = round(await _placed_after(st, f"{st.tag}-c0", started), 3)
+    finally:
+        answering.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await answering
+
+
+async def _answer_resyncs(st: Stage) -> None:
+    """The engine's full report of each of its clusters vmsched asks for: the cluster and its hosts
+    (this stream starts none of its VMs, so none hold resources), then resync_complete."""
+    async for asked in st.client.resync_requests("*"):
+        hosts = [h for h in st.hosts if h.cluster_id == asked.cluster_id]
+        if not hosts:
+            continue
+        await st.client.report_cluster(ClusterReport(cluster_id=asked.cluster_id))
+        for h in hosts:
+            await st.client.report_host(host_report(h))
+        await st.client.resync_complete(asked.cluster_id, asked.generation, hosts=len(hosts), vms=0)
 
 
 __all__ = ["postgres_away", "redis_away"]

@@ -299,7 +299,7 @@ async def redis_restart(
         {"requests": requests, "clusters": clusters, "hosts": hosts, "holders": holder_clusters, "replays": replays},
     )
     with timed(res):
-        server = PrivateRedis(log_dir / "redis", persistent=False)
+        server = PrivateRedis(log_dir / "redis", aof=False)
         try:
             await server.start()
             settings = experiment_settings(
