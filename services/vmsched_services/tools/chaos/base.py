@@ -276,6 +276,8 @@ def random_vm(rng: random.Random, vm_id: str, sizes: tuple[int, ...] = VM_SIZES_
 
 
 #: Decision errors worth sending the same request again (a lock held by a dead selector).
+#: How long the engine waits before sending again a request answered `state_resyncing`.
+RESYNC_PAUSE_S = 0.2
 RETRYABLE_CODES = frozenset({"lock_timeout", "rpc_timeout", "no_consumer", "fenced_out", "state_resyncing"})
 
 
@@ -364,7 +366,8 @@ async def schedule_with_retries(
         outcome.replies.append(d)
         if d.status is DecisionStatus.ERROR and d.error is not None and d.error.code in retry_codes:
             outcome.errors.append(f"decision error {d.error.code}")
-            await asyncio.sleep(pause_s)
+            # A cluster waiting for the engine's full report stays refused for a while: back off.
+            await asyncio.sleep(max(pause_s, RESYNC_PAUSE_S if d.error.code == "state_resyncing" else 0.0))
             continue
         outcome.decision = d
         break

@@ -41,7 +41,7 @@ from vmsched_services.tools.chaos.base import (
     staged,
     timed,
 )
-from vmsched_services.tools.chaos.stream import engine_stream, placement_figures
+from vmsched_services.tools.chaos.stream import answering_resyncs, engine_stream, placement_figures
 from vmsched_services.tools.servers.redis import PrivateRedis, PrivateRedisCluster, SentinelGroup
 
 SERVICES = ("state-tracker", "filter-worker", "weigher", "selector")
@@ -114,15 +114,19 @@ async def redis_failover(
                 outcomes = stage.requests(rng, requests, (512, 1024, 2048, 4096))
                 first = f"{tag}-c0"
                 victim = await failover.victim(settings, first)
-                stream = asyncio.create_task(
-                    engine_stream(stage.client, outcomes, concurrency, give_up_after=give_up_s, spread_s=spread_s)
-                )
-                await asyncio.sleep(spread_s * kill_at)
-                before = await _max_tokens(outcomes)
-                killed_at = time.monotonic()
-                await victim.kill()
-                res.figures["redis_recovery_s"] = round(await _recovered(settings, first, killed_at, give_up_s), 3)
-                await stream
+                # A promoted replica is another server run: vmsched asks for full reports, and this
+                # engine answers them (the stream resends what is answered state_resyncing).
+                async with answering_resyncs(stage.client, stage.hosts, outcomes) as resyncs:
+                    stream = asyncio.create_task(
+                        engine_stream(stage.client, outcomes, concurrency, give_up_after=give_up_s, spread_s=spread_s)
+                    )
+                    await asyncio.sleep(spread_s * kill_at)
+                    before = await _max_tokens(outcomes)
+                    killed_at = time.monotonic()
+                    await victim.kill()
+                    res.figures["redis_recovery_s"] = round(await _recovered(settings, first, killed_at, give_up_s), 3)
+                    await stream
+                res.figures["resync_requests_answered"] = sum(resyncs.values())
                 res.figures["kills"] = 1
                 await _figures(res, settings, stage.hosts, outcomes, before)
         res.check("answered", ">=", requests)

@@ -12,17 +12,18 @@ import signal
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from vmsched.client import SchedulerClient
-from vmsched.contracts import DecisionStatus, VmReport, VmSpec, VmStatus
+from vmsched.contracts import ClusterReport, DecisionStatus, VmReport, VmSpec, VmStatus
 from vmsched.errors import BusUnavailable
 from vmsched_services.tools.chaos.base import (
     Host,
     Outcome,
     Result,
     Stage,
+    host_report,
     placement_faults,
     schedule_with_retries,
 )
@@ -57,16 +58,7 @@ async def drive(
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
         if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
             for p in o.decision.placements:
-                report = VmReport(
-                    cluster_id=o.cluster_id,
-                    vm_id=p.vm_id,
-                    status=VmStatus.RUNNING,
-                    host_id=p.host_id,
-                    mem_mb=o.vm.mem_mb,
-                    overhead_mb=o.vm.overhead_mb,
-                    vcpus=o.vm.vcpus,
-                )
-                await _report_with_retries(client, report, give_up_after)
+                await _report_with_retries(client, _running(o, p.vm_id, p.host_id), give_up_after)
 
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
@@ -186,6 +178,58 @@ async def settle(client: SchedulerClient, outcomes: list[Outcome], give_up_s: fl
     for o in unanswered:
         await schedule_with_retries(client, o, call_timeout=3.0, give_up_after=give_up_s)
     return len(unanswered)
+
+
+@contextlib.asynccontextmanager
+async def answering_resyncs(
+    client: SchedulerClient, hosts: list[Host], outcomes: list[Outcome]
+) -> AsyncIterator[Counter[str]]:
+    """While the block runs, the engine answers each ResyncRequested for one of its clusters (Redis
+    forgot it, or failed over) with a full report: the cluster, its hosts and the VMs it placed and
+    started, then resync_complete. Yields the requests answered, per cluster."""
+    answered: Counter[str] = Counter()
+    mine = {h.cluster_id for h in hosts}
+
+    async def answer() -> None:
+        async for asked in client.resync_requests("*"):
+            cid = asked.cluster_id
+            if cid not in mine:
+                continue
+            answered[cid] += 1
+            await client.report_cluster(ClusterReport(cluster_id=cid))
+            cluster_hosts = [h for h in hosts if h.cluster_id == cid]
+            for h in cluster_hosts:
+                await client.report_host(host_report(h))
+            running = [
+                (o, p)
+                for o in outcomes
+                if o.cluster_id == cid and o.decision is not None and o.decision.status is DecisionStatus.PLACED
+                for p in o.decision.placements
+            ]
+            for o, p in running:
+                await client.report_vm(_running(o, p.vm_id, p.host_id))
+            await client.resync_complete(cid, asked.generation, hosts=len(cluster_hosts), vms=len(running))
+
+    task = asyncio.create_task(answer())
+    await asyncio.sleep(0.2)  # subscribed before anything is asked
+    try:
+        yield answered
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _running(o: Outcome, vm_id: str, host_id: str) -> VmReport:
+    return VmReport(
+        cluster_id=o.cluster_id,
+        vm_id=vm_id,
+        status=VmStatus.RUNNING,
+        host_id=host_id,
+        mem_mb=o.vm.mem_mb,
+        overhead_mb=o.vm.overhead_mb,
+        vcpus=o.vm.vcpus,
+    )
 
 
 def latency_figures(res: Result, outcomes: list[Outcome]) -> None:
