@@ -7,13 +7,15 @@ prefix (in Redis database 15), and its own PostgreSQL database, all removed at t
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import ModuleType
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
 import redis.asyncio as aioredis
+import structlog
 
 from tests import servers
 from vmsched.client import SchedulerClient
@@ -106,6 +108,18 @@ async def database(settings: Settings) -> AsyncIterator[str]:
         await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         await conn.close()
+
+
+@pytest.fixture
+def fresh_log(monkeypatch: pytest.MonkeyPatch) -> Callable[[ModuleType], None]:
+    """Give a module's `log` a logger not cached yet, so structlog.testing.capture_logs sees its
+    lines: a logger cached under an earlier structlog configuration (another test configured it
+    again since) keeps writing past the capture, and whether one is depends on test order."""
+
+    def give(module: ModuleType) -> None:
+        monkeypatch.setattr(module, "log", structlog.get_logger(module.__name__))
+
+    return give
 
 
 @pytest.fixture

@@ -9,7 +9,8 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from types import ModuleType
 from typing import Any
 
 import aio_pika
@@ -19,6 +20,7 @@ import structlog
 from tests.integration.conftest import declared_with
 from vmsched import constants as c
 from vmsched.bus.amqp import AmqpBus, dead_letter_queue_arguments, work_queue_arguments
+from vmsched.bus.amqp import connection as amqp_connection
 from vmsched.bus.codec import CONTENT_TYPE, encode
 from vmsched.contracts import ClusterReport, ClusterState, Message, StateRequest
 from vmsched.settings import Settings
@@ -102,7 +104,9 @@ async def test_classic_setting_declares_classic_queues_as_before(scoped: Setting
         assert "x-queue-type" not in dead_letter_queue_arguments(classic)
 
 
-async def test_a_queue_of_the_other_type_is_used_as_it_is_with_a_warning(scoped: Settings) -> None:
+async def test_a_queue_of_the_other_type_is_used_as_it_is_with_a_warning(
+    scoped: Settings, fresh_log: Callable[[ModuleType], None]
+) -> None:
     """A deployment upgraded with its classic queues in place: the services serve from them and
     say how to convert them, instead of failing on PRECONDITION_FAILED."""
     queue = f"{scoped.amqp_prefix}{ROUTE_QUEUE}"
@@ -111,6 +115,7 @@ async def test_a_queue_of_the_other_type_is_used_as_it_is_with_a_warning(scoped:
         ch = await conn.channel()
         await ch.declare_queue(queue, durable=True, arguments=classic_arguments(scoped))
     with structlog.testing.capture_logs() as logged:
+        fresh_log(amqp_connection)
         async with started(scoped, "state-tracker") as server, started(scoped, "client") as client:
             await server.serve("t-route", StateRequest, answer)
             reply = await client.call("t-route", StateRequest(cluster_id="c1"), ClusterState)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from asyncpg import exceptions as pg_errors
 from redis import exceptions as redis_errors
 
 from tests.factories import host_report
+from vmsched import policy_cache
 from vmsched.bus import MemoryBroker, MemoryBus
 from vmsched.bus.codec import decode, encode
 from vmsched.bus.dispatch import Delivery, Dispatcher, Transport
@@ -269,9 +271,12 @@ def test_a_paused_bus_takes_no_request_another_instance_answers_and_resuming_tak
 
 
 # ---------------------------------------------------------------------------------------- PostgreSQL away
-def test_the_policy_store_watch_logs_once_each_way_and_counts_staleness_only_while_away() -> None:
+def test_the_policy_store_watch_logs_once_each_way_and_counts_staleness_only_while_away(
+    fresh_log: Callable[[ModuleType], None],
+) -> None:
     watch = PolicyStoreWatch(retry_interval_s=3600)
     with structlog.testing.capture_logs() as logs:
+        fresh_log(policy_cache)
         watch.answered()
         assert watch.staleness() == 0.0
         for _ in range(5):  # every request that meets the outage

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 
 import aio_pika
 import aiormq
@@ -55,12 +56,16 @@ async def dead_letters(link: BrokerLink, limit: int = 100) -> list[DeadLetter]:
                     break
                 taken.append(msg)
                 out.append(_dead_letter(msg))
-            # Unacked messages go back to the head of the queue in their order, for the next reader.
+            # Unacked messages go back for the next reader: to the head of a classic queue in their
+            # order, to the tail of a quorum queue.
             for msg in taken:
                 await msg.nack(requeue=True)
     except BROKER_ERRORS as exc:
         raise link.unavailable(exc) from None
-    return out
+    # Oldest first by when they were dead-lettered, not by where the queue holds them now: a quorum
+    # queue's order turns with every read, and the numbers `vmsched dead-letters` gives must not.
+    oldest = datetime.min.replace(tzinfo=UTC)
+    return sorted(out, key=lambda d: (d.dead_lettered_at or oldest, d.id))
 
 
 async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = None) -> RequeueResult:
