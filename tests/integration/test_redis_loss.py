@@ -218,7 +218,7 @@ async def test_a_marker_from_another_server_run_counts_as_a_loss(stack: Settings
     pool = await connect_pg(stack.postgres_url)
     try:
         markers = GenerationMarkers(redis, stack)
-        await GenerationLedger(pool).advance(cluster)  # known to PostgreSQL: generation 0
+        await GenerationLedger(pool, stack.redis_prefix).advance(cluster)  # known to PostgreSQL: generation 0
         await markers.install(cluster, 0, resync=False)
         assert (await markers.read(cluster)).generation == 0
         await redis.set(Keys.from_settings(stack).generation(cluster), "0 " + "ab" * 20)

@@ -72,7 +72,7 @@ class Recovery:
             if (await self.markers.read(cluster_id)).generation is not None:
                 return
             try:
-                ledger = GenerationLedger(await self._pool())
+                ledger = GenerationLedger(await self._pool(), self.markers.prefix)
                 advanced = await ledger.advance(cluster_id)
             except (DatabaseUnavailable, OSError) as exc:
                 raise StateResyncing(
@@ -102,7 +102,7 @@ class Recovery:
         while no engine listened would otherwise be lost). The clusters come from PostgreSQL: Redis
         forgot which clusters it had. Returns how many were asked."""
         asked = 0
-        for cluster_id in await GenerationLedger(await self._pool()).lost():
+        for cluster_id in await GenerationLedger(await self._pool(), self.markers.prefix).lost():
             generation = await self.markers.resync_generation(cluster_id)
             if generation is not None:
                 await self.request_resync(cluster_id, generation)

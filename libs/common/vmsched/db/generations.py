@@ -17,8 +17,8 @@ from typing import Any
 Pool = Any
 
 _ADVANCE = """
-INSERT INTO redis_generation AS g (cluster_id, generation) VALUES ($1, 0)
-ON CONFLICT (cluster_id) DO UPDATE SET generation = g.generation + 1, started_at = now()
+INSERT INTO redis_generation AS g (redis_prefix, cluster_id, generation) VALUES ($1, $2, 0)
+ON CONFLICT (redis_prefix, cluster_id) DO UPDATE SET generation = g.generation + 1, started_at = now()
 RETURNING generation, (xmax = 0) AS inserted
 """
 
@@ -32,23 +32,31 @@ class Advanced:
 
 
 class GenerationLedger:
-    """Reads and advances generations in PostgreSQL."""
+    """Reads and advances the generations of one Redis namespace (the key prefix) in PostgreSQL."""
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, redis_prefix: str) -> None:
         self._pool = pool
+        self._prefix = redis_prefix
 
     async def advance(self, cluster_id: str) -> Advanced:
-        row = await self._pool.fetchrow(_ADVANCE, cluster_id)
+        row = await self._pool.fetchrow(_ADVANCE, self._prefix, cluster_id)
         return Advanced(int(row["generation"]), known=not row["inserted"])
 
     async def lost(self) -> list[str]:
         """Every cluster Redis ever forgot (a generation past the first): the only ones that can be
         waiting for a full report."""
-        rows = await self._pool.fetch("SELECT cluster_id FROM redis_generation WHERE generation > 0 ORDER BY 1")
+        rows = await self._pool.fetch(
+            "SELECT cluster_id FROM redis_generation WHERE redis_prefix = $1 AND generation > 0 ORDER BY 1",
+            self._prefix,
+        )
         return [str(r["cluster_id"]) for r in rows]
 
     async def current(self, cluster_id: str) -> int | None:
-        value = await self._pool.fetchval("SELECT generation FROM redis_generation WHERE cluster_id = $1", cluster_id)
+        value = await self._pool.fetchval(
+            "SELECT generation FROM redis_generation WHERE redis_prefix = $1 AND cluster_id = $2",
+            self._prefix,
+            cluster_id,
+        )
         return None if value is None else int(value)
 
 

@@ -171,6 +171,8 @@ class GenerationMarkers:
     def __init__(self, redis: aioredis.Redis, settings: Settings, *, keys: Keys | None = None) -> None:
         self._redis = redis
         self._keys = keys or Keys.from_settings(settings)
+        #: The Redis namespace these markers live in: generations are counted per namespace.
+        self.prefix = self._keys.prefix
         #: How long after a resync a request id without a stored decision is checked against the
         #: state: as long as decisions made before the loss would have been kept.
         self.replay_window_ms = max(1, int(settings.decision_ttl_s * 1000))
