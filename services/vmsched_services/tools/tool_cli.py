@@ -210,7 +210,7 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "experiments",
         nargs="*",
         help="worker_kill | selector_kill | stale_holder | broker_drop | rabbit_node_loss | hostile_input | "
-        "postgres_away | redis_away | redis_sentinel_failover | redis_cluster_failover | tracker_kill",
+        "postgres_away | redis_away | redis_restart | redis_sentinel_failover | redis_cluster_failover | tracker_kill",
     )
     s.add_argument(
         "--long",
