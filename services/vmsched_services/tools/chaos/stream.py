@@ -58,7 +58,7 @@ async def drive(
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
         if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
             for p in o.decision.placements:
-                await _report_with_retries(client, _running(o, p.vm_id, p.host_id), give_up_after)
+                await _report_with_retries(client, running_report(o.cluster_id, p.host_id, o.vm), give_up_after)
 
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
@@ -207,7 +207,7 @@ async def answering_resyncs(
                 for p in o.decision.placements
             ]
             for o, p in running:
-                await client.report_vm(_running(o, p.vm_id, p.host_id))
+                await client.report_vm(running_report(cid, p.host_id, o.vm))
             await client.resync_complete(cid, asked.generation, hosts=len(cluster_hosts), vms=len(running))
 
     task = asyncio.create_task(answer())
@@ -220,15 +220,16 @@ async def answering_resyncs(
             await task
 
 
-def _running(o: Outcome, vm_id: str, host_id: str) -> VmReport:
+def running_report(cluster_id: str, host_id: str, vm: VmSpec) -> VmReport:
+    """The engine's report of `vm` started and running on `host_id`."""
     return VmReport(
-        cluster_id=o.cluster_id,
-        vm_id=vm_id,
+        cluster_id=cluster_id,
+        vm_id=vm.vm_id,
         status=VmStatus.RUNNING,
         host_id=host_id,
-        mem_mb=o.vm.mem_mb,
-        overhead_mb=o.vm.overhead_mb,
-        vcpus=o.vm.vcpus,
+        mem_mb=vm.mem_mb,
+        overhead_mb=vm.overhead_mb,
+        vcpus=vm.vcpus,
     )
 
 
