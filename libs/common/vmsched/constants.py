@@ -16,8 +16,15 @@ SCHEMA_VERSION: Final = 1
 UNIT_ENTRY_POINT_GROUP: Final = "vmsched.units"
 
 # ---------------------------------------------------------------- RabbitMQ: exchanges
-#: Direct exchange for request/reply calls (competing consumers share one queue per service).
+# Calls go to three direct exchanges, one per audience, because RabbitMQ grants write permission
+# per exchange (not per routing key on a direct exchange): an engine may write to RPC_EXCHANGE only,
+# services to INTERNAL_EXCHANGE too, administrators to ADMIN_EXCHANGE (see RPC_ROUTE_EXCHANGES).
+#: Direct exchange for the engine's calls (schedule, state, ha-check).
 RPC_EXCHANGE: Final = "vmsched.rpc"
+#: Direct exchange for the services' calls to each other (place, filter, weigh).
+INTERNAL_EXCHANGE: Final = "vmsched.internal"
+#: Direct exchange for administration: policies, removing clusters and hosts, requeueing dead letters.
+ADMIN_EXCHANGE: Final = "vmsched.admin"
 #: Topic exchange for events: engine state in, decisions and policy changes out.
 EVENTS_EXCHANGE: Final = "vmsched.events"
 #: Where every message a service could not process goes, with the reason in its headers.
@@ -40,6 +47,11 @@ RPC_POLICY_DETACH: Final = "policy.detach"
 RPC_POLICY_HISTORY: Final = "policy.history"
 RPC_POLICY_ROLLBACK: Final = "policy.rollback"
 RPC_UNITS_LIST: Final = "units.list"
+#: Destructive administration (served by policy-admin, which authorizes and audits it).
+RPC_CLUSTERS_REMOVE: Final = "clusters.remove"
+RPC_HOSTS_REMOVE: Final = "hosts.remove"
+RPC_DEAD_LETTERS_REQUEUE: Final = "dead-letters.requeue"
+RPC_AUDIT: Final = "audit.read"
 
 #: Queue consumed by each RPC service; the routing key binds the queue on RPC_EXCHANGE.
 RPC_QUEUES: Final[dict[str, str]] = {
@@ -57,7 +69,29 @@ RPC_QUEUES: Final[dict[str, str]] = {
     RPC_POLICY_HISTORY: "vmsched.policy-admin.history",
     RPC_POLICY_ROLLBACK: "vmsched.policy-admin.rollback",
     RPC_UNITS_LIST: "vmsched.policy-admin.units",
+    RPC_CLUSTERS_REMOVE: "vmsched.policy-admin.clusters-remove",
+    RPC_HOSTS_REMOVE: "vmsched.policy-admin.hosts-remove",
+    RPC_DEAD_LETTERS_REQUEUE: "vmsched.policy-admin.dead-letters-requeue",
+    RPC_AUDIT: "vmsched.policy-admin.audit",
 }
+
+#: The exchange each route's requests are published to (RPC_EXCHANGE for a route not named here).
+RPC_ROUTE_EXCHANGES: Final[dict[str, str]] = {
+    RPC_PLACE: INTERNAL_EXCHANGE,
+    RPC_FILTER: INTERNAL_EXCHANGE,
+    RPC_WEIGH: INTERNAL_EXCHANGE,
+    **{
+        route: ADMIN_EXCHANGE
+        for route in RPC_QUEUES
+        if route.startswith(("policy.", "units.", "clusters.", "hosts.", "dead-letters.", "audit."))
+    },
+}
+
+
+def rpc_exchange(route: str) -> str:
+    """The exchange `route`'s requests go to (before the configured prefix)."""
+    return RPC_ROUTE_EXCHANGES.get(route, RPC_EXCHANGE)
+
 
 # ---------------------------------------------------------------- RabbitMQ: event routing keys
 # Keys end in the cluster id so a subscriber can bind to one cluster ("decision.c1") or all ("decision.*").

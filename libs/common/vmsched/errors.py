@@ -20,6 +20,7 @@
     ├── StateConflict
     ├── InjectionError            (also a RuntimeError)
     ├── MigrationError
+    ├── NotAuthorized             (the broker-vouched identity may not do this)
     ├── ServerUnavailable         (retryable: a server a service needs is away)
     │   ├── RedisUnavailable
     │   └── DatabaseUnavailable
@@ -198,6 +199,17 @@ class InjectionError(VmschedError, RuntimeError):
 class MigrationError(VmschedError):
     code = "migration_error"
     meaning = "a database migration cannot be applied (e.g. an applied file changed)"
+
+
+class NotAuthorized(VmschedError):
+    """The message's sender, as the broker vouches for it (the AMQP user_id property, which RabbitMQ
+    checks against the connection's user), may not do what it asked; or the message names no sender."""
+
+    code = "not_authorized"
+    meaning = (
+        "the AMQP user that sent the request may not do this (administration needs a user named in "
+        "VMSCHED_ADMIN_USERS); connect as one"
+    )
 
 
 class ServerUnavailable(VmschedError):

@@ -25,6 +25,22 @@ class Settings(BaseSettings):
 
     #: Prefix of every exchange and queue name (tests run isolated under their own prefix).
     amqp_prefix: str = ""
+    #: False: declare nothing on RabbitMQ (exchanges, queues, bindings), only use what
+    #: `vmsched security` definitions made; for users without configure permission (an engine).
+    amqp_declare: bool = True
+    #: The queue a client that declares nothing (amqp_declare false) takes its events from: one
+    #: the definitions bound to what that engine reads (decisions, migrations, alerts, resyncs).
+    amqp_events_queue: str = "vmsched.engine.events"
+    #: RabbitMQ user names (comma-separated) that may administer: policies, removing clusters and
+    #: hosts, requeueing dead letters. Checked against the AMQP user_id property of the request,
+    #: which the broker verifies is the user the sender connected as.
+    admin_users: str = "vmsched-admin"
+
+    @property
+    def admin_user_names(self) -> frozenset[str]:
+        """VMSCHED_ADMIN_USERS as a set."""
+        return frozenset(u.strip() for u in self.admin_users.split(",") if u.strip())
+
     #: Prefix of every Redis key (no braces: they would break the keys' Redis Cluster hash tags).
     redis_prefix: str = "vmsched"
     #: Redis Sentinel: comma-separated host:port of the sentinels. When set, the client asks them

@@ -2,6 +2,7 @@
 
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode
+from vmsched.bus.dispatch import caller
 from vmsched.bus.memory import MemoryBroker, MemoryBus
 from vmsched.settings import Settings
 
@@ -20,6 +21,7 @@ __all__ = [
     "MemoryBus",
     "RequeueResult",
     "Subscription",
+    "caller",
     "connect",
     "decode",
     "encode",

@@ -62,6 +62,11 @@ REASON_MAX = 2000
 #: handler call: a handler that works long (a filter-worker placing a big batch) stops when the
 #: caller has given up instead of finishing work nobody reads.
 MESSAGE_DEADLINE: ContextVar[float | None] = ContextVar("vmsched_message_deadline", default=None)
+#: The sender of the message whose handler is running in this context: its AMQP user_id property,
+#: which RabbitMQ refuses unless it names the user the sender connected as (None: the sender set
+#: none). Owned by Dispatcher.request and Dispatcher.event, which set it around each handler call;
+#: handlers that authorize (policy administration, removals) read it through `caller()`.
+MESSAGE_USER: ContextVar[str | None] = ContextVar("vmsched_message_user", default=None)
 #: Errors worth another attempt (a dependency such as Redis is briefly away) rather than a dead letter,
 #: besides ServerUnavailable and what the recognisers say is one.
 TRANSIENT = (ConnectionError, OSError, TimeoutError)
@@ -85,6 +90,8 @@ class Delivery:
     type: str | None = None
     reply_to: str | None = None
     correlation_id: str | None = None
+    #: The AMQP user_id property: the user the broker vouches sent it (None: the sender set none).
+    user_id: str | None = None
 
     @property
     def original_routing_key(self) -> str:
@@ -251,7 +258,7 @@ class Dispatcher:
             request_id = getattr(request, "request_id", None) or delivery.correlation_id
             given = deadline / 1000 if isinstance(deadline, int) and not isinstance(deadline, bool) else None
             with structlog.contextvars.bound_contextvars(queue=delivery.queue, request_id=str(request_id)):
-                held = MESSAGE_DEADLINE.set(given)
+                held, sender = MESSAGE_DEADLINE.set(given), MESSAGE_USER.set(delivery.user_id)
                 try:
                     reply = await handler(request)
                     if not isinstance(reply, Message):
@@ -261,6 +268,7 @@ class Dispatcher:
                     return self._handler_failed(delivery, exc)
                 finally:
                     MESSAGE_DEADLINE.reset(held)
+                    MESSAGE_USER.reset(sender)
         except Exception as exc:
             # Only a hostile exception (one whose text cannot be read) gets here.
             return self._internal(delivery, exc, "request could not be handled")
@@ -303,8 +311,12 @@ class Dispatcher:
             try:
                 event = decode_any(delivery.body, delivery.type, models, max_bytes=self.settings.max_message_bytes)
                 check_routing_key(delivery.original_routing_key, event)
-                with structlog.contextvars.bound_contextvars(queue=delivery.queue):
-                    await handler(event)
+                sender = MESSAGE_USER.set(delivery.user_id)
+                try:
+                    with structlog.contextvars.bound_contextvars(queue=delivery.queue):
+                        await handler(event)
+                finally:
+                    MESSAGE_USER.reset(sender)
                 verdict = _Verdict("ok")
             except Exception as exc:
                 verdict = self._event_failed(delivery, exc)
@@ -414,6 +426,11 @@ class Dispatcher:
             self.log.warning(
                 "reject failed; the broker will deliver the message again", queue=delivery.queue, error=_describe(exc)
             )
+
+
+def caller() -> str | None:
+    """The broker-vouched sender of the message being handled (see MESSAGE_USER)."""
+    return MESSAGE_USER.get()
 
 
 def check_routing_key(routing_key: str, event: Message) -> None:

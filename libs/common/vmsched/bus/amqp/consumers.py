@@ -114,6 +114,7 @@ def delivery_of(queue: str, message: AbstractIncomingMessage) -> Delivery:
         type=message.type,
         reply_to=message.reply_to,
         correlation_id=message.correlation_id,
+        user_id=message.user_id,
     )
 
 
