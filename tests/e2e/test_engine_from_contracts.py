@@ -49,7 +49,7 @@ def _wire_names() -> set[str]:
     The document's own channel and operation names (`schedule`, `hostReport`) are how the engine
     finds its way in asyncapi.json, not wire names, even where a route has the same spelling.
     """
-    names = {c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE, c.DEAD_LETTER_QUEUE, c.STATE_EVENTS_QUEUE}
+    names = {*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE, c.DEAD_LETTER_QUEUE, c.STATE_EVENTS_QUEUE}
     names |= set(c.RPC_QUEUES) | set(c.RPC_QUEUES.values()) | set(c.CLUSTER_KEYED_EVENTS.values())
     names |= {REPLY_TO, c.POLICY_CHANGED, c.STATE_EVENTS_BINDING}
     for module in (c, dispatch):

@@ -244,7 +244,7 @@ def test_the_document_names_every_queue_and_exchange_and_who_declares_them() -> 
     assert names["setting"] == "VMSCHED_AMQP_PREFIX"
     assert set(names["prefixedQueues"]) == set(queues)
     assert set(names["prefixedExchanges"]) == {e["name"] for e in doc["x-vmsched-exchanges"].values()}
-    assert {constants.RPC_EXCHANGE, constants.EVENTS_EXCHANGE, constants.DEAD_LETTER_EXCHANGE} == set(
+    assert {*constants.RPC_EXCHANGES, constants.EVENTS_EXCHANGE, constants.DEAD_LETTER_EXCHANGE} == set(
         names["prefixedExchanges"]
     )
 

@@ -25,6 +25,8 @@ RPC_EXCHANGE: Final = "vmsched.rpc"
 INTERNAL_EXCHANGE: Final = "vmsched.internal"
 #: Direct exchange for administration: policies, removing clusters and hosts, requeueing dead letters.
 ADMIN_EXCHANGE: Final = "vmsched.admin"
+#: The call exchanges (see RPC_ROUTE_EXCHANGES).
+RPC_EXCHANGES: Final = (RPC_EXCHANGE, INTERNAL_EXCHANGE, ADMIN_EXCHANGE)
 #: Topic exchange for events: engine state in, decisions and policy changes out.
 EVENTS_EXCHANGE: Final = "vmsched.events"
 #: Where every message a service could not process goes, with the reason in its headers.

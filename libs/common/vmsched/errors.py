@@ -366,6 +366,7 @@ __all__ = [
     "LockTimeout",
     "MigrationError",
     "NoConsumer",
+    "NotAuthorized",
     "NotFound",
     "PolicyError",
     "PolicyExists",

@@ -25,12 +25,14 @@ class Settings(BaseSettings):
 
     #: Prefix of every exchange and queue name (tests run isolated under their own prefix).
     amqp_prefix: str = ""
-    #: False: declare nothing on RabbitMQ (exchanges, queues, bindings), only use what
-    #: `vmsched security` definitions made; for users without configure permission (an engine).
+    #: False: declare no exchange, durable queue or binding on RabbitMQ, only use what the
+    #: `vmsched security` definitions made (for users without configure permission on them). A
+    #: subscription's own exclusive queue is still declared, unless amqp_events_queue is set.
     amqp_declare: bool = True
-    #: The queue a client that declares nothing (amqp_declare false) takes its events from: one
-    #: the definitions bound to what that engine reads (decisions, migrations, alerts, resyncs).
-    amqp_events_queue: str = "vmsched.engine.events"
+    #: A queue the definitions made for one client (an engine: vmsched.engine.events), bound to
+    #: what it reads: its subscriptions share it instead of declaring queues of their own, so it
+    #: needs no configure permission at all. Empty: each subscription has its own exclusive queue.
+    amqp_events_queue: str = ""
     #: RabbitMQ user names (comma-separated) that may administer: policies, removing clusters and
     #: hosts, requeueing dead letters. Checked against the AMQP user_id property of the request,
     #: which the broker verifies is the user the sender connected as.

@@ -181,7 +181,7 @@ def render_dead_letter(n: int, dl: DeadLetter, requeue_problem: str | None) -> s
 def _requeue_problem(dl: DeadLetter, prefix: str) -> str | None:
     from vmsched import constants as c
 
-    return dl.unrequeueable((f"{prefix}{c.RPC_EXCHANGE}", f"{prefix}{c.EVENTS_EXCHANGE}", ""))
+    return dl.unrequeueable((*(f"{prefix}{x}" for x in c.RPC_EXCHANGES), f"{prefix}{c.EVENTS_EXCHANGE}", ""))
 
 
 def cmd_dead_letters_show(args: argparse.Namespace) -> int:

@@ -423,7 +423,7 @@ async def delete_broker_objects(settings: Settings) -> None:
     """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
 
     queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
-    exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     conn = await aio_pika.connect(settings.amqp_url)
     try:
         for name in queues:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from yarl import URL
+
 from vmsched import constants as c
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode, type_name
@@ -37,6 +39,13 @@ from vmsched.settings import Settings
 
 Req = TypeVar("Req", bound=Message)
 Rep = TypeVar("Rep", bound=Message)
+
+
+def _url_user(url: str) -> str | None:
+    try:
+        return URL(url).user or None
+    except Exception:
+        return None
 
 
 def topic_matches(pattern: str, key: str) -> bool:
@@ -102,7 +111,13 @@ class MemoryBroker:
             del self.queues[queue.name]
 
     async def request(
-        self, route: str, body: bytes, *, headers: dict[str, Any] | None = None, timeout: float = 10.0
+        self,
+        route: str,
+        body: bytes,
+        *,
+        headers: dict[str, Any] | None = None,
+        timeout: float = 10.0,
+        user_id: str | None = None,
     ) -> tuple[bytes, bool]:
         """Put `body` on `route` as a request; return (reply body, is an ErrorReply). RpcTimeout if none comes."""
         q = self.routes.get(route)
@@ -119,9 +134,10 @@ class MemoryBroker:
             body=body,
             routing_key=route,
             headers=headers or {},
-            exchange=c.RPC_EXCHANGE,
+            exchange=c.rpc_exchange(route),
             reply_to="memory",
             correlation_id=uuid.uuid4().hex,
+            user_id=user_id,
         )
         # Like a broker, the request stays queued after a caller that stopped waiting (its deadline drops it).
         q.messages.put_nowait(_Message(delivery, reply))
@@ -243,8 +259,19 @@ class _Consumer(Subscription):
 
 
 class MemoryBus(Bus):
-    def __init__(self, settings: Settings, broker: MemoryBroker | None = None, service: str = "client") -> None:
+    """A bus whose broker is in this process. What it publishes carries `user_id` as RabbitMQ's
+    would (the user of amqp_url unless given: a test plays another identity with it)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        broker: MemoryBroker | None = None,
+        service: str = "client",
+        *,
+        user_id: str | None = None,
+    ) -> None:
         self.settings = settings
+        self.user_id = user_id if user_id is not None else _url_user(settings.amqp_url)
         self.broker = broker or MemoryBroker()
         self.service = service
         self.dispatcher = Dispatcher(settings, service)
@@ -272,6 +299,7 @@ class MemoryBus(Bus):
             encode(request),
             headers={HEADER_DEADLINE: int((time.time() + timeout) * 1000)},
             timeout=timeout,
+            user_id=self.user_id,
         )
         if is_error:
             err = decode(body, ErrorReply)
@@ -293,10 +321,16 @@ class MemoryBus(Bus):
     ) -> None:
         self._check_open()
         body, type_ = encode(event), type_name(event)
-        self._route_event(routing_key, body, type_)
+        self._route_event(routing_key, body, type_, user_id=self.user_id)
 
     def _route_event(
-        self, routing_key: str, body: bytes, type_: str | None, headers: dict[str, Any] | None = None
+        self,
+        routing_key: str,
+        body: bytes,
+        type_: str | None,
+        headers: dict[str, Any] | None = None,
+        *,
+        user_id: str | None = None,
     ) -> None:
         self.broker.route_event(
             routing_key,
@@ -308,6 +342,7 @@ class MemoryBus(Bus):
                     headers=headers or {},
                     type=type_,
                     exchange=c.EVENTS_EXCHANGE,
+                    user_id=user_id,
                 )
             ),
         )
@@ -362,7 +397,7 @@ class MemoryBus(Bus):
             if wanted is not None and dl.id not in wanted:
                 kept.append(dl)
                 continue
-            why = dl.unrequeueable((c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, ""))
+            why = dl.unrequeueable((*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, ""))
             if why is None and not self._send_again(dl):
                 why = "no queue takes its routing key now"
             if why is None:
@@ -379,7 +414,7 @@ class MemoryBus(Bus):
         if dl.exchange == c.EVENTS_EXCHANGE:
             if not any(any(topic_matches(b, dl.routing_key) for b in q.bindings) for q in self.broker.queues.values()):
                 return False
-            self._route_event(dl.routing_key, dl.body, dl.type, headers)
+            self._route_event(dl.routing_key, dl.body, dl.type, headers, user_id=self.user_id)
             return True
         # The RPC exchange routes by route; the default exchange (a retry copy's) by queue name.
         queue = self.broker.routes.get(dl.routing_key) or self.broker.queues.get(dl.routing_key)
@@ -392,6 +427,7 @@ class MemoryBus(Bus):
             headers=headers,
             type=dl.type,
             exchange=dl.exchange or "",
+            user_id=self.user_id,
         )
         queue.messages.put_nowait(_Message(delivery))
         return True

@@ -45,7 +45,8 @@ def traits_by_model() -> dict[type[Message], list[str]]:
     return {m: sorted(set(t), key=list(TRAITS).index) for m, t in traits.items()}
 
 
-def rpc_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def rpc_channels(exchanges: dict[str, dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The call channels; `exchanges` are the call exchanges' bindings by exchange name."""
     channels: dict[str, Any] = {}
     operations: dict[str, Any] = {}
     for name, key, req, rep, server, description in RPCS:
@@ -54,7 +55,9 @@ def rpc_channels(exchange: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
             "address": key,
             "description": f"{description} Served by {server} from queue {queue}.",
             "messages": {req.__name__: {"$ref": f"#/components/messages/{req.__name__}"}},
-            "bindings": {"amqp": {"is": "routingKey", "exchange": exchange, "bindingVersion": BINDING}},
+            "bindings": {
+                "amqp": {"is": "routingKey", "exchange": exchanges[c.rpc_exchange(key)], "bindingVersion": BINDING}
+            },
             "x-vmsched-queue": queue,
         }
         channels[f"{name}Reply"] = {

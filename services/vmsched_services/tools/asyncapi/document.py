@@ -21,7 +21,9 @@ def asyncapi() -> dict[str, Any]:
     traits = channels.traits_by_model()
     messages = {m.__name__: channels.message_entry(m, traits[m]) for m in ALL_MODELS}
     exchange = topology.exchanges()
-    doc_channels, operations = channels.rpc_channels(topology.binding_exchange(exchange["rpc"]))
+    doc_channels, operations = channels.rpc_channels(
+        {name: topology.binding_exchange(exchange[key]) for name, key in topology.RPC_EXCHANGE_KEYS.items()}
+    )
     event_channels, event_operations = channels.event_channels(topology.binding_exchange(exchange["events"]))
     doc_channels |= event_channels
     operations |= event_operations

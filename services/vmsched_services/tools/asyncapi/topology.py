@@ -33,18 +33,35 @@ QUEUE_TYPE_NOTE = (
 )
 
 
+#: The key of each call exchange in exchanges(), by its name.
+RPC_EXCHANGE_KEYS = {c.RPC_EXCHANGE: "rpc", c.INTERNAL_EXCHANGE: "internal", c.ADMIN_EXCHANGE: "admin"}
+
+
 def exchanges() -> dict[str, dict[str, Any]]:
-    declared = "every vmsched process, on connecting (AmqpBus.start)"
-    return {
-        "rpc": {
-            "name": c.RPC_EXCHANGE,
+    declared = (
+        "every vmsched process, on connecting (AmqpBus.start), unless VMSCHED_AMQP_DECLARE=false; "
+        "`vmsched security apply` declares it too"
+    )
+
+    def calls(name: str, carries: str) -> dict[str, Any]:
+        return {
+            "name": name,
             "type": "direct",
             "durable": True,
             "autoDelete": False,
             "vhost": VHOST,
             "declaredBy": declared,
-            "carries": "RPC requests; the routing key is the route (the operation's channel address).",
-        },
+            "carries": f"{carries} The routing key is the route (the operation's channel address).",
+        }
+
+    return {
+        "rpc": calls(c.RPC_EXCHANGE, "The engine's calls: schedule, state, ha-check."),
+        "internal": calls(c.INTERNAL_EXCHANGE, "The services' calls to each other: place, filter, weigh."),
+        "admin": calls(
+            c.ADMIN_EXCHANGE,
+            "Administration: policies, units, removing clusters and hosts, requeueing dead letters, the audit "
+            "log. Writes are refused unless the request's AMQP user_id names an administrator.",
+        ),
         "events": {
             "name": c.EVENTS_EXCHANGE,
             "type": "topic",
@@ -88,7 +105,7 @@ def queues() -> list[dict[str, Any]]:
                 "arguments": dlx_argument,
                 "x-vmsched-arguments-from": from_settings,
                 "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
-                "bindings": [{"exchange": c.RPC_EXCHANGE, "routingKey": route}],
+                "bindings": [{"exchange": c.rpc_exchange(route), "routingKey": route}],
                 "declaredBy": f"{server}, when it starts serving `{route}`",
                 "consumedBy": f"every {server} process (competing consumers)",
                 "description": f"Requests for route `{route}`. Until a {server} has started once, a request "
@@ -131,7 +148,7 @@ def queues() -> list[dict[str, Any]]:
 
 
 def names() -> dict[str, Any]:
-    prefixed_exchanges = [c.RPC_EXCHANGE, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    prefixed_exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
     return {
         "description": "Every exchange and queue name in this document is shown without the deployment's "

@@ -317,7 +317,9 @@ class _Traffic:
             ch = await conn.channel(publisher_confirms=False)
             reply_q = await ch.declare_queue(exclusive=True, auto_delete=True)
             await reply_q.consume(self._on_reply, no_ack=True)
-            rpc_ex = await ch.get_exchange(self.settings.amqp_prefix + c.RPC_EXCHANGE, ensure=False)
+            calls = {
+                name: await ch.get_exchange(self.settings.amqp_prefix + name, ensure=False) for name in c.RPC_EXCHANGES
+            }
             ev_ex = await ch.get_exchange(self.settings.amqp_prefix + c.EVENTS_EXCHANGE, ensure=False)
             stop_probes = asyncio.Event()
             probe_task = asyncio.create_task(self._probe(stop_probes, probe_every_s))
@@ -325,7 +327,7 @@ class _Traffic:
                 t0 = time.monotonic()
                 for i in range(messages):
                     raw = next(gen)
-                    ex = rpc_ex if raw.exchange == "rpc" else ev_ex
+                    ex = calls[c.rpc_exchange(raw.routing_key)] if raw.exchange == "rpc" else ev_ex
                     await ex.publish(self._message(i, raw, reply_q.name), routing_key=raw.routing_key)
                     ahead = t0 + (i + 1) / rate_per_s - time.monotonic()
                     if ahead > 0:

@@ -127,6 +127,21 @@ class BrokerLink:
         return self._conn
 
     @property
+    def user_id(self) -> str | None:
+        """The AMQP user the connection logs in as, put on every request and event published as the
+        `user_id` property: RabbitMQ refuses a publish whose user_id is another user's, so a
+        receiver can trust it (None when the URL names no user, e.g. a certificate's identity)."""
+        try:
+            return URL(self.node_url).user or None
+        except Exception:
+            return None
+
+    @property
+    def declares(self) -> bool:
+        """False: use exchanges and queues as the definitions made them, declaring nothing."""
+        return self.settings.amqp_declare
+
+    @property
     def node_url(self) -> str:
         """The node the connection is on (or was last tried), amqp_url before connecting."""
         conn = self._conn
@@ -157,7 +172,8 @@ class BrokerLink:
             ) from None
         try:
             self.channel = ch = await self._conn.channel(publisher_confirms=True)
-            await self._declare_topology(ch)
+            if self.declares:
+                await self._declare_topology(ch)
             await prepare(ch)
         except BROKER_ERRORS as exc:
             with contextlib.suppress(Exception):
@@ -226,7 +242,8 @@ class BrokerLink:
         return transport.connection
 
     async def _declare_topology(self, ch: AbstractChannel) -> None:
-        await ch.declare_exchange(self.name(c.RPC_EXCHANGE), ExchangeType.DIRECT, durable=True)
+        for exchange in c.RPC_EXCHANGES:
+            await ch.declare_exchange(self.name(exchange), ExchangeType.DIRECT, durable=True)
         await ch.declare_exchange(self.name(c.EVENTS_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await ch.declare_exchange(self.name(c.DEAD_LETTER_EXCHANGE), ExchangeType.TOPIC, durable=True)
         await self.declare_dead_letter_queue()
@@ -246,6 +263,8 @@ class BrokerLink:
         wanted = self.durable_queue_arguments()
         if single_active:
             wanted["x-single-active-consumer"] = True
+        if not self.declares:
+            return await ch.declare_queue(name, passive=True)
         probe = await self.plain_connection().channel()
         try:
             await probe.queue_declare(name, durable=True, arguments=wanted)

@@ -125,7 +125,11 @@ async def consumer_channel(
     it, the dead-letter exchange)."""
     ch = await link.connection.channel(publisher_confirms=True)
     await ch.set_qos(prefetch_count=link.settings.prefetch)
-    declared = await ch.declare_exchange(link.name(exchange), kind, durable=True)
+    declared: AbstractExchange
+    if link.declares:
+        declared = await ch.declare_exchange(link.name(exchange), kind, durable=True)
+    else:
+        declared = await ch.get_exchange(link.name(exchange), ensure=False)
     dlx = await ch.get_exchange(link.name(c.DEAD_LETTER_EXCHANGE), ensure=False)
     return ch, declared, dlx
 

@@ -17,6 +17,7 @@ from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMess
 from vmsched import constants as c
 from vmsched.bus.amqp.connection import BROKER_ERRORS, BrokerLink
 from vmsched.bus.amqp.consumers import AmqpTransport, Consumer, consumer_channel, delivery_of
+from vmsched.bus.amqp.shared_queue import SharedEventQueue
 from vmsched.bus.base import Subscription
 from vmsched.bus.codec import CONTENT_TYPE, encode, type_name
 from vmsched.bus.dispatch import Dispatcher
@@ -30,6 +31,8 @@ class Events:
         self.link = link
         self.dispatcher = dispatcher
         self._exchange: AbstractExchange | None = None
+        #: Where subscriptions of their own go when the definitions made a queue for this client.
+        self._shared = SharedEventQueue(link, dispatcher)
 
     async def attach(self, ch: AbstractChannel) -> None:
         """Take the events exchange on `ch` (the publishing channel)."""
@@ -49,6 +52,7 @@ class Events:
                         content_type=CONTENT_TYPE,
                         type=type_name(event),
                         message_id=message_id,
+                        user_id=self.link.user_id,
                         delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
                     ),
                     routing_key=routing_key,
@@ -74,6 +78,12 @@ class Events:
         bound_s = link.settings.rpc_timeout_s
         await link.ready(bound_s)
         by_name = {m.__name__: m for m in models}
+        if queue is None and link.settings.amqp_events_queue:
+            try:
+                async with asyncio.timeout(bound_s):
+                    return await self._shared.add(bindings, models, handler)
+            except (*BROKER_ERRORS, TimeoutError) as exc:
+                raise link.unavailable(exc) from None
         try:
             async with asyncio.timeout(bound_s):
                 ch, events, dlx = await consumer_channel(link, c.EVENTS_EXCHANGE, ExchangeType.TOPIC)
@@ -86,8 +96,9 @@ class Events:
                     q = await link.declare_durable_queue(
                         ch, link.name(queue), single_active=queue in c.SINGLE_ACTIVE_QUEUES
                     )
-                for binding in bindings:
-                    await q.bind(events, routing_key=binding)
+                if queue is None or link.declares:
+                    for binding in bindings:
+                        await q.bind(events, routing_key=binding)
                 queue_name = q.name
 
                 async def on_message(message: AbstractIncomingMessage) -> None:

@@ -46,7 +46,8 @@ async def queue_depths(link: BrokerLink, queues: Sequence[str]) -> dict[str, int
 async def dead_letters(link: BrokerLink, limit: int = 100) -> list[DeadLetter]:
     out: list[DeadLetter] = []
     try:
-        await link.declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue
+        if link.declares:
+            await link.declare_dead_letter_queue()  # same arguments, and the same tolerance of an older queue
         async with link.connection.channel(publisher_confirms=False) as ch:
             q = await ch.declare_queue(link.name(c.DEAD_LETTER_QUEUE), passive=True)
             taken: list[AbstractIncomingMessage] = []
@@ -71,9 +72,10 @@ async def dead_letters(link: BrokerLink, limit: int = 100) -> list[DeadLetter]:
 async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = None) -> RequeueResult:
     wanted = None if ids is None else set(ids)
     result = RequeueResult()
-    exchanges = {link.name(c.RPC_EXCHANGE), link.name(c.EVENTS_EXCHANGE), ""}
+    exchanges = {*(link.name(x) for x in c.RPC_EXCHANGES), link.name(c.EVENTS_EXCHANGE), ""}
     try:
-        await link.declare_dead_letter_queue()
+        if link.declares:
+            await link.declare_dead_letter_queue()
         async with link.connection.channel(publisher_confirms=True) as ch:
             q = await ch.declare_queue(link.name(c.DEAD_LETTER_QUEUE), passive=True)
             # Only what is there now: a requeued message refused again comes back at the tail.
@@ -87,7 +89,7 @@ async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = N
                 if wanted is not None and dl.id not in wanted:
                     held.append(msg)
                     continue
-                why = dl.unrequeueable(exchanges) or await _send_again(ch, dl)
+                why = dl.unrequeueable(exchanges) or await _send_again(ch, dl, link.user_id)
                 if why is None:
                     await msg.ack()
                     result.requeued.append(dl.id)
@@ -101,8 +103,9 @@ async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = N
     return result
 
 
-async def _send_again(ch: AbstractChannel, dl: DeadLetter) -> str | None:
-    """Publish a dead letter where it was first published (confirmed); why not, if it was returned."""
+async def _send_again(ch: AbstractChannel, dl: DeadLetter, user_id: str | None) -> str | None:
+    """Publish a dead letter where it was first published (confirmed), as sent by `user_id` (the one
+    who requeues it: the broker refuses the first sender's); why not, if it was returned."""
     exchange = ch.default_exchange if not dl.exchange else await ch.get_exchange(dl.exchange, ensure=False)
     returned = await exchange.publish(
         aio_pika.Message(
@@ -111,6 +114,7 @@ async def _send_again(ch: AbstractChannel, dl: DeadLetter) -> str | None:
             content_type=CONTENT_TYPE,
             type=dl.type,
             delivery_mode=DeliveryMode.PERSISTENT,
+            user_id=user_id,
         ),
         routing_key=dl.routing_key,
         mandatory=True,

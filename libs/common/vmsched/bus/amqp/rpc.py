@@ -57,7 +57,8 @@ class RpcClient:
 
     def __init__(self, link: BrokerLink) -> None:
         self.link = link
-        self._exchange: AbstractExchange | None = None
+        #: The call exchanges by name (without the prefix), taken on the publishing channel.
+        self._exchanges: dict[str, AbstractExchange] = {}
         self._pending: dict[str, asyncio.Future[AbstractIncomingMessage]] = {}
         #: Set while the direct reply-to consumer is registered on the open publishing channel.
         self._replies_ready = asyncio.Event()
@@ -71,8 +72,8 @@ class RpcClient:
         return self.link.channel
 
     async def attach(self, ch: AbstractChannel) -> None:
-        """Take the RPC exchange and register the reply consumer on `ch` (the publishing channel)."""
-        self._exchange = await ch.get_exchange(self.link.name(c.RPC_EXCHANGE), ensure=False)
+        """Take the call exchanges and register the reply consumer on `ch` (the publishing channel)."""
+        self._exchanges = {name: await ch.get_exchange(self.link.name(name), ensure=False) for name in c.RPC_EXCHANGES}
         await self._consume_replies()
 
     def watch(self, ch: AbstractRobustChannel) -> None:
@@ -178,7 +179,7 @@ class RpcClient:
         self, route: str, body: bytes, type_: str, deadline: float, *, retry: bool
     ) -> AbstractIncomingMessage | None:
         """Publish one request and wait for its reply; None when it should be sent again (see call)."""
-        assert self._exchange is not None
+        exchange = self._exchanges[c.rpc_exchange(route)]
         corr = uuid.uuid4().hex
         fut: asyncio.Future[AbstractIncomingMessage] = asyncio.get_running_loop().create_future()
         self._pending[corr] = fut
@@ -192,11 +193,12 @@ class RpcClient:
             expiration=remaining,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
             headers={HEADER_DEADLINE: int((time.time() + remaining) * 1000)},
+            user_id=self.link.user_id,
         )
         try:
             async with asyncio.timeout_at(deadline):
                 try:
-                    result = await self._exchange.publish(msg, routing_key=route, mandatory=True)
+                    result = await exchange.publish(msg, routing_key=route, mandatory=True)
                 except aiormq.exceptions.ChannelPreconditionFailed as exc:
                     if retry and "reply consumer" in str(exc):
                         log.warning("request refused for want of a reply consumer; sending it again", route=route)
@@ -239,10 +241,11 @@ async def serve(
     await link.ready(bound_s)
     try:
         async with asyncio.timeout(bound_s):
-            ch, exchange, dlx = await consumer_channel(link, c.RPC_EXCHANGE, ExchangeType.DIRECT)
+            ch, exchange, dlx = await consumer_channel(link, c.rpc_exchange(route), ExchangeType.DIRECT)
             queue_name = link.rpc_queue(route)
             queue = await link.declare_durable_queue(ch, queue_name)
-            await queue.bind(exchange, routing_key=route)
+            if link.declares:
+                await queue.bind(exchange, routing_key=route)
 
             async def on_message(message: AbstractIncomingMessage) -> None:
                 transport = AmqpTransport(ch, dlx, queue_name, message, bound_s)
