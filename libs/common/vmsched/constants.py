@@ -115,6 +115,26 @@ POLICY_CHANGED: Final = "policy.changed"
 #: Durable queue of the state tracker: every engine state report, in order.
 STATE_EVENTS_QUEUE: Final = "vmsched.state-tracker.events"
 STATE_EVENTS_BINDING: Final = "state.#"
+#: A subscription's own exclusive queue is named "vmsched.own.<service>.<random>": named after the
+#: service so a RabbitMQ permission can let each role make its own queues and no others.
+OWN_QUEUE_PREFIX: Final = "vmsched.own"
+
+
+def own_queue(service: str, token: str) -> str:
+    return f"{OWN_QUEUE_PREFIX}.{service}.{token}"
+
+
+#: The queue `vmsched security` definitions make for an engine that declares nothing
+#: (VMSCHED_AMQP_EVENTS_QUEUE), bound to everything vmsched tells an engine.
+ENGINE_EVENTS_QUEUE: Final = "vmsched.engine.events"
+ENGINE_EVENTS_BINDINGS: Final = (
+    f"{DECISION_PREFIX}.*",
+    f"{MIGRATION_PREFIX}.*",
+    f"{POWER_PREFIX}.*",
+    f"{HA_ALERT_PREFIX}.*",
+    f"{HA_RECOVERED_PREFIX}.*",
+    f"{RESYNC_REQUESTED_PREFIX}.*",
+)
 #: Durable queues whose consumers take turns (RabbitMQ's single active consumer): the broker
 #: delivers to one of them at a time, in queue order, and hands the queue (with what the active one
 #: held unacknowledged, back in order) to the next when that one goes. Several state trackers can

@@ -28,7 +28,7 @@ from yarl import URL
 from vmsched import constants as c
 from vmsched.bus.amqp.nodes import FailoverConnection, amqp_urls, connect_failover
 from vmsched.bus.codec import safe_text
-from vmsched.errors import BusUnavailable
+from vmsched.errors import BusUnavailable, NotAuthorized
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
 
@@ -146,6 +146,13 @@ class BrokerLink:
         """The node the connection is on (or was last tried), amqp_url before connecting."""
         conn = self._conn
         return str(conn.url) if isinstance(conn, FailoverConnection) else self.settings.amqp_url
+
+    def refused(self, exc: BaseException, what: str) -> NotAuthorized:
+        """The broker refused `what` for want of permission (ACCESS_REFUSED): not retryable."""
+        return NotAuthorized(
+            f"RabbitMQ refused {what} for user {self.user_id or '(from the certificate)'}: {safe_text(exc, 300)}; "
+            "this user's permissions do not allow it (docs/security.md lists what each role may do)"
+        )
 
     def unavailable(self, exc: BaseException | str) -> BusUnavailable:
         why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {safe_text(exc, 500)}"

@@ -8,10 +8,12 @@ took it); each subscription consumes on a channel of its own, every delivery thr
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import aio_pika
+import aiormq
 from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractIncomingMessage, DeliveryMode, ExchangeType
 
 from vmsched import constants as c
@@ -63,6 +65,8 @@ class Events:
         except aio_pika.exceptions.DeliveryError as exc:
             self.link.renew_publishing_channel()
             raise self.link.unavailable(exc) from None
+        except aiormq.exceptions.ChannelAccessRefused as exc:
+            raise self.link.refused(exc, f"publishing {routing_key!r}") from None
         except BROKER_ERRORS as exc:
             raise self.link.unavailable(exc) from None
 
@@ -82,6 +86,8 @@ class Events:
             try:
                 async with asyncio.timeout(bound_s):
                     return await self._shared.add(bindings, models, handler)
+            except aiormq.exceptions.ChannelAccessRefused as exc:
+                raise link.refused(exc, f"reading {link.settings.amqp_events_queue}") from None
             except (*BROKER_ERRORS, TimeoutError) as exc:
                 raise link.unavailable(exc) from None
         try:
@@ -91,7 +97,8 @@ class Events:
                 # An own queue is exclusive, so classic (a quorum queue cannot be): it lives and dies
                 # with this connection anyway; named queues have the configured type.
                 if queue is None:
-                    q = await ch.declare_queue(exclusive=True, auto_delete=True, arguments=link.queue_arguments())
+                    own = link.name(c.own_queue(link.service, uuid.uuid4().hex[:16]))
+                    q = await ch.declare_queue(own, exclusive=True, auto_delete=True, arguments=link.queue_arguments())
                 else:
                     q = await link.declare_durable_queue(
                         ch, link.name(queue), single_active=queue in c.SINGLE_ACTIVE_QUEUES
@@ -106,6 +113,8 @@ class Events:
                     await self.dispatcher.event(delivery_of(queue_name, message), transport, by_name, handler)
 
                 tag = await q.consume(on_message)
+        except aiormq.exceptions.ChannelAccessRefused as exc:
+            raise link.refused(exc, f"subscribing to {list(bindings)}") from None
         except (*BROKER_ERRORS, TimeoutError) as exc:
             raise link.unavailable(exc) from None
         return Consumer(ch, q, tag, on_message, pausable=queue is not None)

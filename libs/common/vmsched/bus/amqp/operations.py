@@ -61,6 +61,8 @@ async def dead_letters(link: BrokerLink, limit: int = 100) -> list[DeadLetter]:
             # order, to the tail of a quorum queue.
             for msg in taken:
                 await msg.nack(requeue=True)
+    except aiormq.exceptions.ChannelAccessRefused as exc:
+        raise link.refused(exc, "reading the dead letters") from None
     except BROKER_ERRORS as exc:
         raise link.unavailable(exc) from None
     # Oldest first by when they were dead-lettered, not by where the queue holds them now: a quorum
@@ -98,6 +100,8 @@ async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = N
                     held.append(msg)
             for msg in held:
                 await msg.nack(requeue=True)
+    except aiormq.exceptions.ChannelAccessRefused as exc:
+        raise link.refused(exc, "reading the dead letters") from None
     except BROKER_ERRORS as exc:
         raise link.unavailable(exc) from None
     return result

@@ -40,7 +40,7 @@ from vmsched.bus.base import Subscription
 from vmsched.bus.codec import CONTENT_TYPE, decode, encode, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, Dispatcher
 from vmsched.contracts import ErrorReply, Message
-from vmsched.errors import BusUnavailable, NoConsumer, RemoteError, RpcTimeout, VmschedError
+from vmsched.errors import BusUnavailable, NoConsumer, NotAuthorized, RemoteError, RpcTimeout, VmschedError
 from vmsched.logging import get_logger
 from vmsched.metrics import RPC_ERRORS, RPC_SECONDS
 
@@ -168,6 +168,9 @@ class RpcClient:
         except BusUnavailable:
             RPC_ERRORS.labels(route, "unavailable").inc()
             raise
+        except NotAuthorized:
+            RPC_ERRORS.labels(route, "refused").inc()
+            raise
         RPC_SECONDS.labels(route).observe(time.perf_counter() - started)
         if reply.headers.get(c.HEADER_ERROR):
             err = decode(reply.body, ErrorReply)
@@ -207,6 +210,8 @@ class RpcClient:
                 except aio_pika.exceptions.DeliveryError as exc:
                     self.link.renew_publishing_channel()
                     raise self.link.unavailable(exc) from None
+                except aiormq.exceptions.ChannelAccessRefused as exc:
+                    raise self.link.refused(exc, f"the call {route!r}") from None
                 except BROKER_ERRORS as exc:
                     raise self.link.unavailable(exc) from None
                 if isinstance(result, aiormq.abc.DeliveredMessage):
