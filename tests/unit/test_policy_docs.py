@@ -139,7 +139,7 @@ def test_a_broken_file_says_where(tmp_path: Path) -> None:
     path.write_text("- just\n- a list\n")
     with pytest.raises(InvalidRequest, match="expected a mapping"):
         read_set(str(path))
-    with pytest.raises(UsageError, match="missing.yaml: cannot read it"):  # the command's error: exit 2, said as is
+    with pytest.raises(UsageError, match=r"missing\.yaml: cannot read it"):  # the command's error: exit 2, said as is
         read_set(str(tmp_path / "missing.yaml"))
 
 

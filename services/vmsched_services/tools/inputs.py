@@ -33,10 +33,11 @@ VM_CAP = 1 * MB
 #: A workload as JSON or CSV (both parsed in C): 64 MB is ~450,000 VM arrivals, several times the
 #: simulator's 100,000-event target; it reads in seconds. Flag: simulate --max-workload-size.
 WORKLOAD_CAP = 64 * MB
-#: A workload as YAML: YAML costs ~25 times what JSON does (about a second and 100 MB of memory per MB
-#: of text), so 16 MB (~100,000 events, what `simulate --out` writes for the 100,000-event target) is
-#: its cap. Bigger: write it as JSON, or raise the cap with --max-workload-size.
-WORKLOAD_YAML_CAP = 16 * MB
+#: A workload as YAML: YAML costs ten times what JSON does to read (libyaml's parser with PyYAML's
+#: composer and constructor: some seconds and 70 MB of memory per MB), so its cap is 10 MB: what
+#: `simulate --out` writes for the simulator's 100,000-event target (8.4 MB) fits. Bigger: as JSON,
+#: or with --max-workload-size.
+WORKLOAD_YAML_CAP = 10 * MB
 
 
 def human(n: int) -> str:

@@ -35,8 +35,9 @@ def _say(text: str) -> None:
 # ------------------------------------------------------------------------------ files
 def _expand(raw: Any) -> Any:
     """Accept a filter written as its unit name alone."""
-    if isinstance(raw, dict):
-        for policy in raw.get("policies") or []:
+    policies = raw.get("policies") if isinstance(raw, dict) else None
+    if isinstance(policies, list):  # anything else is for validation to refuse, saying where
+        for policy in policies:
             if isinstance(policy, dict) and isinstance(policy.get("filters"), list):
                 policy["filters"] = [{"unit": f} if isinstance(f, str) else f for f in policy["filters"]]
     return raw
