@@ -30,7 +30,7 @@ POLICY_CAP = 1 * MB
 NOVA_CONF_CAP = 4 * MB
 #: A VM (`vmsched schedule --vm`) is a few hundred bytes; no flag (the bus carries 4 MB at most).
 VM_CAP = 1 * MB
-#: A workload as JSON or CSV (both parsed in C): 64 MB is ~450,000 VM arrivals, several times the
+#: A workload as JSON or CSV (both parsed in C): 64 MB is ~400,000 VM arrivals, several times the
 #: simulator's 100,000-event target; it reads in seconds. Flag: simulate --max-workload-size.
 WORKLOAD_CAP = 64 * MB
 #: A workload as YAML: YAML costs ten times what JSON does to read (libyaml's parser with PyYAML's
