@@ -117,7 +117,7 @@ def test_debug_is_taken_before_or_after_the_command() -> None:
 def test_a_missing_vm_file_is_a_usage_error_naming_the_file(capsys: pytest.CaptureFixture[str]) -> None:
     code, err = run(capsys, "schedule", "--cluster", "c1", "--vm", "/nonexistent/vm.json")
     assert code == EXIT_USAGE
-    assert err == "vmsched: /nonexistent/vm.json: No such file or directory\n"
+    assert err == "vmsched: /nonexistent/vm.json: cannot read it (No such file or directory)\n"
 
 
 def test_a_vm_file_that_is_not_json_says_where(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmsched.contracts import ClusterAttachment, FilterEntry, FilterPosition, PolicyDocument, PolicySet, WeightEntry
-from vmsched.errors import InvalidRequest
+from vmsched.errors import InvalidRequest, UsageError
 from vmsched.scheduling.policy import BUILTIN_POLICIES
 from vmsched.scheduling.policy_docs import attachment_diff, diff, document_of, expected, policy_of, problems
 from vmsched.scheduling.units import REGISTRY
@@ -139,7 +139,7 @@ def test_a_broken_file_says_where(tmp_path: Path) -> None:
     path.write_text("- just\n- a list\n")
     with pytest.raises(InvalidRequest, match="expected a mapping"):
         read_set(str(path))
-    with pytest.raises(InvalidRequest, match="cannot read it"):
+    with pytest.raises(UsageError, match=r"missing\.yaml: cannot read it"):  # the command's error: exit 2, said as is
         read_set(str(tmp_path / "missing.yaml"))
 
 

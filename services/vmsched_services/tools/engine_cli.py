@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from vmsched_services.tools.clikit import (
@@ -42,16 +40,17 @@ def read_vm(source: str) -> VmSpec:
     UsageError naming the file and, for a VM that does not validate, the fields."""
     from pydantic import ValidationError
 
+    from vmsched import bounded_text
     from vmsched.contracts import VmSpec
+    from vmsched.errors import InvalidRequest
+    from vmsched_services.tools.inputs import VM_CAP, read_bounded
 
     name = "stdin" if source == "-" else source
-    raw = sys.stdin.buffer.read() if source == "-" else Path(source).read_bytes()  # OSError: the boundary's
+    raw = read_bounded(source, VM_CAP, "VM file", "VMs")
     try:
-        json.loads(raw)
-    except UnicodeDecodeError:
-        raise UsageError(f"{name}: not UTF-8 text") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{name}: not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        bounded_text.load_json(raw, name)  # where it is not JSON, or nests too deep, before the fields
+    except InvalidRequest as exc:
+        raise UsageError(str(exc)) from None
     try:
         return VmSpec.model_validate_json(raw)
     except ValidationError as exc:

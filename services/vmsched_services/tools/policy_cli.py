@@ -23,6 +23,8 @@ from __future__ import annotations
 import argparse
 from functools import partial
 
+from vmsched_services.tools.inputs import POLICY_CAP, byte_size, human
+
 
 def _run(name: str, args: argparse.Namespace) -> int:
     from vmsched.settings import Settings
@@ -50,6 +52,13 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = add("apply", "make policies and attachments match a file; shows what changes")
     p.add_argument("-f", "--file", required=True, help="a YAML or JSON policy set, - for standard input")
     p.add_argument("--dry-run", action="store_true", help="validate and show the changes, store nothing")
+    p.add_argument(
+        "--max-size",
+        type=byte_size,
+        default=POLICY_CAP,
+        metavar="SIZE",
+        help=f"refuse a bigger file, unread (default: {human(POLICY_CAP)}; K, M, G suffixes)",
+    )
     p = add("clone", "copy a policy (built-ins too) under a new name, to edit it")
     p.add_argument("source", help="the policy to copy")
     p.add_argument("name", help="the new policy's name")

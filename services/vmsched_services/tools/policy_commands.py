@@ -15,11 +15,13 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from vmsched import bounded_text
 from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, PolicyDocument, PolicySet
 from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.settings import Settings
+from vmsched_services.tools.inputs import NOVA_CONF_CAP, POLICY_CAP, read_bounded
 
 #: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
 #: (the service said why). A server that does not answer is told by the command's error boundary.
@@ -33,8 +35,9 @@ def _say(text: str) -> None:
 # ------------------------------------------------------------------------------ files
 def _expand(raw: Any) -> Any:
     """Accept a filter written as its unit name alone."""
-    if isinstance(raw, dict):
-        for policy in raw.get("policies") or []:
+    policies = raw.get("policies") if isinstance(raw, dict) else None
+    if isinstance(policies, list):  # anything else is for validation to refuse, saying where
+        for policy in policies:
             if isinstance(policy, dict) and isinstance(policy.get("filters"), list):
                 policy["filters"] = [{"unit": f} if isinstance(f, str) else f for f in policy["filters"]]
     return raw
@@ -44,16 +47,11 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(p) for p in loc) or "the top level"
 
 
-def read_set(path: str) -> PolicySet:
-    """A PolicySet from a YAML or JSON file ("-": standard input); InvalidRequest says what is wrong."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidRequest(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InvalidRequest(f"{path}: not valid YAML: {exc}") from None
+def read_set(path: str, cap: int = POLICY_CAP) -> PolicySet:
+    """A PolicySet from a YAML or JSON file ("-": standard input) of at most `cap` bytes; a file too
+    big, unreadable or not UTF-8 is a UsageError, one that does not hold a valid set InvalidRequest."""
+    text = read_bounded(path, cap, "policy file", "policies", hint="--max-size SIZE reads a bigger one")
+    raw = bounded_text.load(text, "standard input" if path == "-" else path)
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{path}: expected a mapping with 'policies' and/or 'clusters'")
     try:
@@ -102,11 +100,11 @@ def from_nova_conf(path: str, name: str) -> PolicyDocument:
     """A policy from nova.conf's [filter_scheduler]: enabled_filters in order, and each weigher
     with its multiplier (Nova's default multiplier 1.0 when unset; factors are whole numbers here,
     so a fractional multiplier is refused with the option named)."""
+    text = read_bounded(path, NOVA_CONF_CAP, "nova.conf", "nova.conf files")
     parser = configparser.ConfigParser(interpolation=None, strict=False)
     try:
-        with open(path, encoding="utf-8") as fh:
-            parser.read_file(fh)
-    except (OSError, configparser.Error) as exc:
+        parser.read_string(text, source=path)
+    except configparser.Error as exc:
         raise InvalidRequest(f"{path}: cannot read it as nova.conf ({exc})") from None
     section = "filter_scheduler"
     if not parser.has_section(section):
@@ -193,8 +191,7 @@ async def _export(args: argparse.Namespace, admin: PolicyClient) -> int:
 
 
 async def _apply(args: argparse.Namespace, admin: PolicyClient) -> int:
-    desired = read_set(args.file)
-    print(render_report(await admin.apply(desired, dry_run=args.dry_run)))
+    print(render_report(await admin.apply(args.desired, dry_run=args.dry_run)))
     return OK
 
 
@@ -252,24 +249,33 @@ async def _rollback(args: argparse.Namespace, admin: PolicyClient) -> int:
 
 
 async def _import_nova(args: argparse.Namespace, admin: PolicyClient) -> int:
-    doc = from_nova_conf(args.file, args.name)
-    if not args.apply:
-        print(dump_set(PolicySet(policies=[doc])), end="")
-        return OK
-    print(render_report(await admin.apply(PolicySet(policies=[doc]), dry_run=args.dry_run)))
+    print(render_report(await admin.apply(PolicySet(policies=[args.document]), dry_run=args.dry_run)))
     return OK
+
+
+def _read_files(args: argparse.Namespace) -> bool:
+    """Read and check the command's file before the bus is opened: a wrong file is said at once, not
+    after a connection (nor instead of it, with the broker down). False: nothing is left to do."""
+    if args.policy_command == "apply":
+        args.desired = read_set(args.file, args.max_size)
+    elif args.policy_command == "import-nova":
+        args.document = from_nova_conf(args.file, args.name)
+        if not args.apply:
+            print(dump_set(PolicySet(policies=[args.document])), end="")
+            return False
+    return True
 
 
 def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
     """Run a policy command; the service's refusals and bad input end in one clear message (and the
-    rest, a server down say, in the vmsched command's error boundary, which says how to start it)."""
+    rest, a server down or a file too big say, in the vmsched command's error boundary)."""
 
     async def go() -> int:
         async with PolicyClient(settings) as admin:
             return await command(args, admin)
 
     try:
-        return asyncio.run(go())
+        return asyncio.run(go()) if _read_files(args) else OK
     except InvalidRequest as exc:
         _say(f"vmsched policy: {exc}")
         return BAD_INPUT

@@ -29,17 +29,24 @@ from vmsched.simulation.report import PolicyReport, Recorder, policy_report, ren
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
+from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded
 from vmsched_services.tools.policy_commands import read_set
 
 
-def read_workload(path: str) -> Workload:
-    """A workload file (YAML or JSON); what is wrong with it, and where, is a UsageError."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+def read_workload(path: str, cap: int | None = None) -> Workload:
+    """A workload file (YAML, JSON or CSV) of at most `cap` bytes (default: WORKLOAD_CAP for JSON and
+    CSV, WORKLOAD_YAML_CAP for the rest); too big, and what is wrong with it and where, is a UsageError."""
+    if cap is not None:
+        text = read_bounded(path, cap, "workload file", "workloads", hint="--max-workload-size SIZE reads a bigger one")
+    elif path.lower().endswith((".json", ".csv")):
+        hint = "--max-workload-size SIZE reads a bigger one"
+        text = read_bounded(path, WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
+    else:
+        hint = (
+            f"YAML costs ~25 times what JSON does to read: write it as JSON (.json, read up to {human(WORKLOAD_CAP)}), "
+            "or pass --max-workload-size SIZE"
+        )
+        text = read_bounded(path, WORKLOAD_YAML_CAP, "workload file", "YAML workloads", hint=hint)
     try:
         return parse_workload(text, path)
     except InvalidRequest as exc:
@@ -48,7 +55,7 @@ def read_workload(path: str) -> Workload:
 
 def workload_of(args: argparse.Namespace) -> Workload:
     if args.workload:
-        return read_workload(args.workload)
+        return read_workload(args.workload, getattr(args, "max_workload_size", None))
     if args.scenario:
         if args.scenario not in SCENARIOS:
             raise UsageError(f"no scenario {args.scenario!r}", hint="scenarios: " + ", ".join(sorted(SCENARIOS)))

@@ -22,6 +22,7 @@ from vmsched_services.tools.clikit import (
     positive_int,
     settings,
 )
+from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, byte_size, human
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -188,6 +189,13 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         metavar="P",
         help="a built-in policy's name, a policy file (vmsched policy format) or a policy the workload comes with; "
         "repeat to compare (default: the workload's policies, or none)",
+    )
+    s.add_argument(
+        "--max-workload-size",
+        type=byte_size,
+        metavar="SIZE",
+        help=f"refuse a bigger --workload file, unread (default: {human(WORKLOAD_CAP)} as JSON or CSV, "
+        f"{human(WORKLOAD_YAML_CAP)} as YAML; K, M, G suffixes)",
     )
     s.add_argument(
         "--over-bus",

@@ -10,13 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from vmsched import bounded_text
 from vmsched.contracts.base import Id
 from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import InvalidRequest
@@ -51,10 +52,102 @@ class HostSpec(_Model):
     is_spm: bool = Field(False, description="oVirt's Storage Pool Manager (counts as busier).")
 
     def ids(self) -> list[str]:
-        if self.count == 1:
-            return [self.id]
-        width = len(str(self.count))
-        return [f"{self.id}{n:0{width}d}" for n in range(1, self.count + 1)]
+        return _host_ids(self.id, self.count)
+
+
+def _host_ids(prefix: str, count: int) -> list[str]:
+    if count == 1:
+        return [prefix]
+    width = len(str(count))
+    return [f"{prefix}{n:0{width}d}" for n in range(1, count + 1)]
+
+
+#: Hosts a workload may have, counts expanded (the simulator's target is 10,000): a few KB of
+#: `count: 100000` entries must not become millions of host ids.
+MAX_HOSTS = 100_000
+
+
+def _reference_problem(
+    hosts: Sequence[tuple[str, int]],
+    groups: Sequence[str],
+    arrivals: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    departures: Sequence[str],
+    failures: Sequence[str],
+    maintenance: Sequence[str],
+) -> str | None:
+    """What is wrong with a workload's ids and the references between them, and where, or None: a
+    host id or vm_id that repeats, or names no host, VM or affinity group (arrivals: vm_id, pinned
+    hosts, affinity groups). Plain values, so that a raw workload is checked before it is validated."""
+    if sum(count for _, count in hosts) > MAX_HOSTS:
+        return f"hosts: more than {MAX_HOSTS:,} hosts (counts expanded); a workload has at most {MAX_HOSTS:,}"
+    known: set[str] = set()
+    for n, (prefix, count) in enumerate(hosts):
+        for host in _host_ids(prefix, count):
+            if host in known:
+                return f"hosts.{n}: host id {host!r} repeats (after expanding counts)"
+            known.add(host)
+    for name, refs in (("failures", failures), ("maintenance", maintenance)):
+        for n, host in enumerate(refs):
+            if host not in known:
+                return f"{name}.{n}: unknown host {host!r}"
+    return _arrival_problem(known, set(groups), arrivals, departures)
+
+
+def _arrival_problem(
+    hosts: set[str],
+    groups: set[str],
+    arrivals: Sequence[tuple[str, Sequence[str], Sequence[str]]],
+    departures: Sequence[str],
+) -> str | None:
+    vms: set[str] = set()
+    for n, (vm, pinned, in_groups) in enumerate(arrivals):
+        if vm in vms:
+            return f"arrivals.{n}: vm_id {vm!r} repeats"
+        vms.add(vm)
+        if unknown := [h for h in pinned if h not in hosts]:
+            return f"arrivals.{n}.pinned_hosts: unknown host {unknown[0]!r}"
+        if unknown := [g for g in in_groups if g not in groups]:
+            return f"arrivals.{n}.affinity_groups: unknown affinity group {unknown[0]!r}"
+    for n, vm in enumerate(departures):
+        if vm not in vms:
+            return f"departures.{n}: unknown VM {vm!r}"
+    return None
+
+
+def _early_reference_problem(raw: dict[str, Any]) -> str | None:
+    """_reference_problem of a raw workload (parsed, not validated), or None, also when it is not
+    well-formed enough to tell (validation then says what is wrong). Validating 450,000 arrivals
+    takes seconds and hundreds of MB; this pass, a fraction of a second, so that one bad reference
+    deep in a big file is said at once."""
+
+    def entries(key: str) -> list[dict[str, Any]]:
+        value = raw.get(key) or []
+        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
+            raise TypeError(key)
+        return value
+
+    def ids(values: Any) -> list[str]:
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise TypeError(values)
+        return values
+
+    try:
+        hosts = [(str(h["id"]), int(h.get("count", 1))) for h in entries("hosts")]
+        if any(count < 1 for _, count in hosts):
+            return None
+        return _reference_problem(
+            hosts,
+            [str(g["id"]) for g in entries("affinity_groups")],
+            [
+                (str(a["vm_id"]), ids(a.get("pinned_hosts") or []), ids(a.get("affinity_groups") or []))
+                for a in entries("arrivals")
+            ],
+            [str(d["vm_id"]) for d in entries("departures")],
+            [str(f["host_id"]) for f in entries("failures")],
+            [str(m["host_id"]) for m in entries("maintenance")],
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 class AffinityGroupSpec(_Model):
@@ -204,39 +297,17 @@ class Workload(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> Workload:
-        host_ids = self.host_ids()
-        known = set(host_ids)
-        if len(known) != len(host_ids):
-            raise ValueError("host ids repeat (after expanding counts)")
-        vm_ids = [a.vm_id for a in self.arrivals]
-        if len(set(vm_ids)) != len(vm_ids):
-            raise ValueError("an arrival's vm_id repeats")
-        for where, host in self._host_refs():
-            if host not in known:
-                raise ValueError(f"{where}: unknown host {host!r}")
-        groups = {g.id for g in self.affinity_groups}
-        for where, group in self._group_refs():
-            if group not in groups:
-                raise ValueError(f"{where}: unknown affinity group {group!r}")
-        vms = set(vm_ids)
-        for n, d in enumerate(self.departures):
-            if d.vm_id not in vms:
-                raise ValueError(f"departures.{n}: unknown VM {d.vm_id!r}")
+        problem = _reference_problem(
+            [(h.id, h.count) for h in self.hosts],
+            [g.id for g in self.affinity_groups],
+            [(a.vm_id, a.pinned_hosts, a.affinity_groups) for a in self.arrivals],
+            [d.vm_id for d in self.departures],
+            [f.host_id for f in self.failures],
+            [m.host_id for m in self.maintenance],
+        )
+        if problem is not None:
+            raise ValueError(problem)
         return self
-
-    def _host_refs(self) -> Iterator[tuple[str, str]]:
-        for n, f in enumerate(self.failures):
-            yield f"failures.{n}", f.host_id
-        for n, m in enumerate(self.maintenance):
-            yield f"maintenance.{n}", m.host_id
-        for n, a in enumerate(self.arrivals):
-            for host in a.pinned_hosts:
-                yield f"arrivals.{n}.pinned_hosts", host
-
-    def _group_refs(self) -> Iterator[tuple[str, str]]:
-        for n, a in enumerate(self.arrivals):
-            for g in a.affinity_groups:
-                yield f"arrivals.{n}.affinity_groups", g
 
     def host_ids(self) -> list[str]:
         return [h for spec in self.hosts for h in spec.ids()]
@@ -369,17 +440,18 @@ def _csv_setting(raw: dict[str, Any], name: str, value: str, where: str) -> None
 
 
 def parse_workload(text: str, source: str = "workload") -> Workload:
-    """A workload from YAML or JSON text (JSON is YAML), or CSV when `source` ends in .csv
-    (CSV_COLUMNS); InvalidRequest names `source`, and the line or field."""
+    """A workload from YAML or JSON text (vmsched.bounded_text: JSON as JSON, YAML without aliases,
+    neither nested deep), or CSV when `source` ends in .csv (CSV_COLUMNS); InvalidRequest names
+    `source`, and the line or field. The size of `text` is the caller's to bound."""
     if source.lower().endswith(".csv"):
         raw: Any = _csv_workload(text, source)
     else:
-        try:
-            raw = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise InvalidRequest(f"{source}: not valid YAML or JSON: {exc}") from None
+        raw = bounded_text.load(text, source)
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
+    problem = _early_reference_problem(raw)
+    if problem is not None:
+        raise InvalidRequest(f"{source}: {problem}")
     try:
         return Workload.model_validate(raw)
     except ValidationError as exc:
