@@ -19,9 +19,10 @@ from typing import Any, TypeVar, cast
 
 import pytest
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisClusterException, ResponseError
 
 from tests.factories import host_report, vm_report, vm_spec
 from tests.integration.conftest import services
@@ -32,11 +33,13 @@ from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, Keys, PendingStore, StateCache
+from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.generations import GenerationMarkers
+from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.security.redis_acl import REDIS_ROLES, aclfile, apply, users
 from vmsched_services.tools.security.roles import ADMIN, ENGINE, SERVICE_ROLES, user_name
-from vmsched_services.tools.servers.redis import PrivateRedis
+from vmsched_services.tools.servers.redis import PrivateRedis, PrivateRedisCluster
 
 pytestmark = pytest.mark.integration
 
@@ -339,3 +342,46 @@ async def test_a_wrong_password_is_refused(probing: AclRedis) -> None:
     async with connected(no_retry_client(probing.server.port, user_name("selector"), "wrong")) as r:
         with pytest.raises(AuthenticationError):
             await r.ping()
+
+
+async def test_on_redis_cluster_the_users_need_the_cluster_commands(
+    settings: Settings, tmp_path: Path, unique: str
+) -> None:
+    """apply reaches every node; a selector and a weigher then do their part through the cluster
+    client only with `cluster=True` (CLUSTER SLOTS, COMMAND)."""
+    async with PrivateRedisCluster(tmp_path) as nodes:
+        cfg = settings.model_copy(update=nodes.settings_update())
+        admin = RedisCluster.from_url(nodes.url)
+        try:
+            await apply(admin, users(PASSWORDS, cfg.redis_prefix))
+        finally:
+            await admin.aclose()
+        for node in nodes.nodes:  # every node has the users
+            async with connected(no_retry_client(node.port, user_name("weigher"), PASSWORDS["weigher"])) as r:
+                assert await r.ping()
+
+        def as_role(role: str) -> Settings:
+            return cfg.model_copy(update={"redis_url": f"redis://{user_name(role)}:{PASSWORDS[role]}@{nodes.url[8:]}"})
+
+        async with connected(connect_redis(as_role("selector"))) as r:
+            # CLUSTER SLOTS refused; redis-py says so as "Cluster mode is not enabled on this node".
+            with pytest.raises(RedisClusterException):
+                await r.ping()
+
+        admin = RedisCluster.from_url(nodes.url)
+        try:
+            await apply(admin, users(PASSWORDS, cfg.redis_prefix, cluster=True))
+        finally:
+            await admin.aclose()
+        cluster = f"rc-{unique}"
+        selector = as_role("selector")
+        async with connected(connect_redis(selector)) as r:
+            assert await GenerationMarkers(r, selector).install(cluster, 1, resync=False) == 1
+            async with ClusterLock(r, selector).hold(cluster) as lease:
+                assert await PendingStore(r, selector).record(cluster, [], lease.token) >= 0
+            await UnitCatalogues(r, selector).announce("selector", "i1", {"u": "builtin"})
+        weigher = as_role("weigher")
+        async with connected(connect_redis(weigher)) as r:
+            await UnitCatalogues(r, weigher).announce("weigher", "i1", {"u": "builtin"})
+            with pytest.raises(NoPermissionError):
+                await r.set(Keys.from_settings(weigher).state_version(cluster), 1)

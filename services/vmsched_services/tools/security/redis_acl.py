@@ -17,7 +17,7 @@ What each role may do was read off the code (vmsched.store and its callers), key
 * no pub/sub channel (`resetchannels`): vmsched uses none.
 
 ACLs live on each server, not in the data: on Sentinel every server (primary and replicas) needs the
-users, since any may be promoted; on Redis Cluster every node (`apply` with a cluster client sends
+users, since any may be promoted; on Redis Cluster every node (`apply` given a cluster client sends
 ACL SETUSER to all of them). Sentinels have their own users (vmsched authenticates to them with
 VMSCHED_REDIS_SENTINEL_PASSWORD only). `cluster=True` adds what a Redis Cluster client sends besides
 the keys' commands: CLUSTER SLOTS and COMMAND to learn the slots and the keys of commands, ASKING
@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 
 from vmsched.constants import (
     KEY_CLUSTERS,
@@ -304,20 +305,29 @@ def aclfile(redis_users: Sequence[RedisUser], *, disable_default: bool = True) -
     return "\n".join(lines) + "\n"
 
 
-async def apply(redis: aioredis.Redis, redis_users: Sequence[RedisUser], *, disable_default: bool = False) -> None:
-    """Create or replace each user on the server `redis` is connected to (every node, with a Redis
-    Cluster client), delete the users roles without Redis access may have from before, and with
-    `disable_default` switch the default user off last (connections already open stay signed in).
+async def apply(
+    redis: aioredis.Redis | RedisCluster, redis_users: Sequence[RedisUser], *, disable_default: bool = False
+) -> None:
+    """Create or replace each user on the server `redis` is connected to (on every node, primaries
+    and replicas, with a Redis Cluster client), delete the users roles without Redis access may have
+    from before, and with `disable_default` switch the default user off last (connections already
+    open stay signed in, this one included).
 
     ACL SETUSER changes the running server only: with an aclfile, `ACL SAVE` keeps the users across
-    restarts; without one, `CONFIG REWRITE` writes them to redis.conf.
+    restarts; without one, `CONFIG REWRITE` writes them to redis.conf. ACLs are not replicated: on
+    Sentinel, apply on the primary and on every replica.
     """
-    for user in redis_users:
-        await redis.execute_command("ACL", "SETUSER", *user.setuser_args())  # type: ignore[no-untyped-call]
-    for role in NO_REDIS_ROLES:
-        await redis.execute_command("ACL", "DELUSER", user_name(role))  # type: ignore[no-untyped-call]
+    # redis-py sends ACL commands to one node of a cluster unless given the nodes (as a list: given
+    # the ALL_NODES flag, it still looks for a key in ACL SETUSER's arguments and fails).
+    nodes = (await redis.initialize()).get_nodes() if isinstance(redis, RedisCluster) else None
+    commands = [("SETUSER", *user.setuser_args()) for user in redis_users] + [
+        ("DELUSER", user_name(role)) for role in NO_REDIS_ROLES
+    ]
     if disable_default:
-        await redis.execute_command("ACL", "SETUSER", *DEFAULT_OFF)  # type: ignore[no-untyped-call]
+        commands.append(("SETUSER", *DEFAULT_OFF))
+    for command in commands:
+        where = {"target_nodes": nodes} if nodes is not None else {}
+        await redis.execute_command("ACL", *command, **where)
 
 
 def access_table(prefix: str = "vmsched") -> str:
@@ -328,7 +338,9 @@ def access_table(prefix: str = "vmsched") -> str:
         a = ACCESS[role]
         rw = "<br>".join(f"`{base}:{k}`" for k in a.write) or "-"
         ro = "<br>".join(f"`{base}:{k}`" for k in a.read) or "-"
-        rows.append(f"| {role} (`{user_name(role)}`) | {rw} | {ro} | {' '.join(a.commands)} |")
+        # A `|` in a table cell ends the cell, even between backticks, unless escaped.
+        commands = " ".join(f"`{c}`".replace("|", "\\|") for c in a.commands)
+        rows.append(f"| {role} (`{user_name(role)}`) | {rw} | {ro} | {commands} |")
     rows.append(f"| {ENGINE} | no Redis user | | |")
     return "\n".join(rows) + "\n"
 
