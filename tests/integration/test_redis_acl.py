@@ -39,7 +39,7 @@ from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.security.redis_acl import REDIS_ROLES, aclfile, apply, users
 from vmsched_services.tools.security.roles import ADMIN, ENGINE, SERVICE_ROLES, user_name
-from vmsched_services.tools.servers.redis import PrivateRedis, PrivateRedisCluster
+from vmsched_services.tools.servers.redis import PrivateRedis, PrivateRedisCluster, SentinelGroup
 
 pytestmark = pytest.mark.integration
 
@@ -385,3 +385,27 @@ async def test_on_redis_cluster_the_users_need_the_cluster_commands(
             await UnitCatalogues(r, weigher).announce("weigher", "i1", {"u": "builtin"})
             with pytest.raises(NoPermissionError):
                 await r.set(Keys.from_settings(weigher).state_version(cluster), 1)
+
+
+async def test_behind_sentinels_the_users_are_applied_on_every_server(
+    settings: Settings, tmp_path: Path, unique: str
+) -> None:
+    """ACLs are not replicated: applied on the primary and the replica (either may be the master),
+    a selector reaches the master through the sentinels with no command beyond its own."""
+    async with SentinelGroup(tmp_path) as group:
+        for server in (group.primary, group.replica):
+            async with connected(server.client()) as default:
+                await apply(default, users(PASSWORDS, settings.redis_prefix))
+        cfg = settings.model_copy(
+            update={
+                **group.settings_update(),
+                "redis_url": f"redis://{user_name('selector')}:{PASSWORDS['selector']}@/0",
+            }
+        )
+        cluster = f"sentinel-{unique}"
+        async with connected(connect_redis(cfg)) as r:
+            assert await GenerationMarkers(r, cfg).install(cluster, 1, resync=False) == 1
+            async with ClusterLock(r, cfg).hold(cluster) as lease:
+                assert await PendingStore(r, cfg).record(cluster, [], lease.token) >= 0
+        async with connected(no_retry_client(group.replica.port, user_name("selector"), PASSWORDS["selector"])) as r:
+            assert await r.ping()
