@@ -113,8 +113,10 @@ _STATE_ALL = (STATE_VERSION, STATE_HOSTS, STATE_VMS, STATE_CLUSTER, STATE_CHANGE
 # ---------------------------------------------------------------- commands
 #: Every service and administrator: readiness and the pool's health checks (PING), the database of
 #: the URL (SELECT, only sent for a database other than 0), scripts (EVALSHA, SCRIPT LOAD after a
-#: NOSCRIPT), transactions (the stores read and write in MULTI/EXEC pipelines).
-_BASE = ("ping", "select", "evalsha", "script|load", "multi", "exec", "discard")
+#: NOSCRIPT).
+_BASE = ("ping", "select", "evalsha", "script|load")
+#: Every service: the stores read and write in MULTI/EXEC pipelines.
+_TRANSACTIONS = ("multi", "exec", "discard")
 #: Every service announces its policy units (vmsched.store.catalogues: the announce script, the
 #: withdrawal at stop).
 _ANNOUNCE = ("time", "set", "pexpire", "pttl", "zadd", "zremrangebyscore", "del", "zrem")
@@ -146,7 +148,7 @@ def _access(write: Sequence[str], read: Sequence[str], *commands: Sequence[str])
 
 def _service(role: str, write: Sequence[str], read: Sequence[str], *commands: Sequence[str]) -> Access:
     """A service kind: what it says plus announcing its own units."""
-    return _access([*write, _units_of(role), UNITS_INDEX], read, _ANNOUNCE, *commands)
+    return _access([*write, _units_of(role), UNITS_INDEX], read, _TRANSACTIONS, _ANNOUNCE, *commands)
 
 
 #: Each role's access, as vmsched.store and its callers use Redis (module docstring).
