@@ -18,6 +18,7 @@ vmsched contracts [--check]        (re)generate contracts/ from the message mode
 vmsched units list                 the policy-unit catalogue
 vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history|rollback|import-nova
                                    administer policies (the policy-admin service), from files in git
+vmsched security init|print|apply  credentials per role; RabbitMQ, Redis and PostgreSQL definitions
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
 vmsched simulate [--workload FILE | --scenario NAME | --generate] --policy P [--policy Q ...] [--over-bus]
@@ -52,6 +53,7 @@ from vmsched_services.tools import (
     engine_cli,
     ops_cli,
     policy_cli,
+    security_cli,
     service_cli,
     tool_cli,
     units_cli,
@@ -129,6 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     contracts_cli.add_commands(sub)
     units_cli.add_commands(sub)
     policy_cli.add_commands(sub)
+    security_cli.add_commands(sub)
     tool_cli.add_commands(sub)
     return p
 

@@ -14,12 +14,14 @@ import base64
 import json
 import urllib.error
 import urllib.request
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from vmsched.errors import CommandError
+from vmsched.settings import Settings
+from vmsched_services.tools.security import redis_acl
 
 #: Runs `rabbitmqctl ARGS...` against the right node; its output (raises if it failed).
 Rabbitmqctl = Callable[..., Awaitable[str]]
@@ -85,23 +87,19 @@ def rabbitmq_with_api(definitions: Path, api_url: str, user: str, password: str)
         raise CommandError(f"no management API at {parts.hostname}:{parts.port}: {exc}") from None
 
 
-async def redis_acl_users(redis_url_settings: Any, acl_file: Path) -> int:
-    """Set the ACL users of `acl_file` (its `user ...` lines) on the Redis of the settings, as the
-    user the settings connect with (an administrator); how many users were set."""
-    from vmsched.store import connect_redis  # noqa: PLC0415 - only this command needs a Redis client
+async def redis_users(settings: Settings, passwords: Mapping[str, str], *, disable_default: bool) -> int:
+    """Set every role's ACL user on the Redis of `settings`, connecting as its user (an
+    administrator: ACL SETUSER); how many users were set. Behind Sentinel, run it against the
+    master and each replica (ACLs are not replicated)."""
+    from vmsched.store.redis import connect  # noqa: PLC0415 - only this command needs a Redis client
 
-    redis = connect_redis(redis_url_settings)
-    count = 0
+    redis = connect(settings)
     try:
-        for line in acl_file.read_text(encoding="utf-8").splitlines():
-            words = line.split()
-            if len(words) < 2 or words[0] != "user":
-                continue
-            await redis.execute_command("ACL", "SETUSER", words[1], "reset", *words[2:])
-            count += 1
+        chosen = redis_acl.users(passwords, settings.redis_prefix, cluster=settings.redis_cluster)
+        await redis_acl.apply(redis, chosen, disable_default=disable_default)
     finally:
         await redis.aclose()
-    return count
+    return len(chosen)
 
 
 async def postgres_roles(dsn: str, roles_sql: Path) -> None:
@@ -127,6 +125,6 @@ __all__ = [
     "postgres_roles",
     "rabbitmq_with_api",
     "rabbitmq_with_ctl",
-    "redis_acl_users",
+    "redis_users",
     "summary",
 ]

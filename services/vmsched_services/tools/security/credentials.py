@@ -26,11 +26,12 @@ from vmsched.settings import Settings
 from vmsched_services.tools.security import postgres_roles, rabbit_defs, redis_acl
 from vmsched_services.tools.security.roles import ADMIN, ENGINE, ROLES, SERVICE_ROLES, pg_role_name, user_name
 
-#: The servers each role connects to (the engine and administrators only talk to the bus).
+#: The servers each role connects to (the engine only talks to the bus).
 SERVERS: dict[str, tuple[str, ...]] = {
     **{role: ("amqp", "redis", "postgres") for role in SERVICE_ROLES},
     ENGINE: ("amqp",),
-    ADMIN: ("amqp",),
+    # Some operator commands read Redis directly (decisions, explain, clusters list).
+    ADMIN: ("amqp", "redis"),
 }
 #: Bytes of randomness per generated password (URL-safe base64: 32 characters).
 PASSWORD_BYTES = 24
@@ -76,6 +77,8 @@ class Credentials:
         if unknown:
             raise ValueError(f"unknown role(s) {sorted(unknown)}; roles: {', '.join(ROLES)}")
         creds = cls(directory)
+        (directory / "passwords").mkdir(mode=0o700, parents=True, exist_ok=True)
+        (directory / "passwords").chmod(0o700)
         for role, servers in SERVERS.items():
             for server in servers:
                 path = directory / "passwords" / server / role
@@ -100,7 +103,7 @@ def write_all(directory: Path, settings: Settings, endpoints: Endpoints, *, rota
     _write_secret(
         directory / "rabbitmq" / "definitions.json", json.dumps(rabbit_defs.definitions(settings, amqp), indent=2)
     )
-    _write_secret(directory / "redis" / "users.acl", redis_acl.acl_file(settings.redis_prefix, redis))
+    _write_secret(directory / "redis" / "users.acl", redis_acl.aclfile(redis_acl.users(redis, settings.redis_prefix)))
     _write_secret(directory / "postgres" / "roles.sql", postgres_roles.roles_sql(postgres, database=endpoints.database))
     for role, servers in SERVERS.items():
         for server in servers:
