@@ -21,10 +21,13 @@ reserved memory, so arithmetic in tests stays obvious); override only what a tes
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vmsched.contracts import (
@@ -220,3 +223,66 @@ def reasons(hosts: HostTable, verdict: FilterVerdict) -> dict[str, str]:
     removed = [h for h, k in zip(hosts.ids, verdict.keep, strict=True) if not k]
     assert len(removed) == len(verdict.reasons)
     return dict(zip(removed, verdict.reasons, strict=True))
+
+
+# ---------------------------------------------------------------- TLS certificates (tests/integration/test_tls.py)
+@dataclass(frozen=True)
+class Certificates:
+    """PEM files made at test time: a CA, a server certificate it signed (for 127.0.0.1 and localhost),
+    a client certificate it signed (CN=postgres, so PostgreSQL's clientcert=verify-full would take it
+    too), and a second CA that signed none of them (the "wrong CA")."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+
+
+def certificates(directory: Path) -> Certificates:
+    """Make the certificates with the openssl command (no Python dependency); one second or so."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    def ca(name: str) -> None:
+        openssl(
+            *("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=vmsched test {name}"),
+            *("-keyout", f"{name}.key", "-out", f"{name}.pem"),
+        )
+
+    def signed(name: str, cn: str, extensions: str) -> None:
+        (directory / f"{name}.ext").write_text(extensions)
+        openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            f"/CN={cn}",
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+        )
+        openssl(
+            *("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial"),
+            *("-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem"),
+        )
+
+    ca("ca")
+    ca("other-ca")
+    signed("server", "localhost", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
+    signed("client", "postgres", "extendedKeyUsage=clientAuth\n")
+    for key in directory.glob("*.key"):
+        key.chmod(0o600)
+    return Certificates(
+        ca=directory / "ca.pem",
+        server_cert=directory / "server.pem",
+        server_key=directory / "server.key",
+        client_cert=directory / "client.pem",
+        client_key=directory / "client.key",
+        other_ca=directory / "other-ca.pem",
+    )

@@ -60,6 +60,7 @@ async def run(
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first
             await SERVICES[name](rt)
             log.info("service started", name=name)
+        await rt.check_postgres_at_start()
         await rt.gate_consuming()
         rt.spawn(rt.consume_while_ready(), "consume-while-ready")
         if health is not None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ import aiormq
 import pytest
 import redis.asyncio as aioredis
 
+from tests.factories import Certificates, certificates
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.bus.amqp import work_queue_arguments
@@ -36,6 +38,8 @@ from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
 from vmsched_services.runner import run
+from vmsched_services.tools.servers.base import TlsListener
+from vmsched_services.tools.servers.rabbit import RabbitNode
 
 #: How long the services get to start (all of them ready) and to stop.
 START_TIMEOUT_S = 30.0
@@ -178,3 +182,31 @@ async def is_quorum_queue(settings: Settings, queue: str) -> bool:
     quorum = settings.model_copy(update={"queue_type": "quorum"})
     dlx = f"{settings.amqp_prefix}{c.DEAD_LETTER_EXCHANGE}"
     return await declared_with(settings, queue, work_queue_arguments(quorum, dlx))
+
+
+# -------------------------------------------- private servers with TLS (test_tls, test_connection_failures)
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certificates:
+    """A CA, server and client certificates it signed, and another CA (tests.factories.certificates)."""
+    return certificates(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="session")
+async def private_rabbit(certs: Certificates, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RabbitNode]:
+    """One private RabbitMQ node (about 10 s to start, so one per run): a plain listener, and a TLS
+    listener that wants a client certificate. Users: alice (password "right", every right on "/"),
+    bob (no rights anywhere), carol (may log in to "/", but configure nothing)."""
+    tls = TlsListener(certs.server_cert, certs.server_key, certs.ca, client_cert_required=True)
+    node = RabbitNode(
+        tmp_path_factory.mktemp("rabbit"), f"vmsched-tls-{uuid.uuid4().hex[:6]}@localhost", uuid.uuid4().hex, tls=tls
+    )
+    try:
+        await node.start()
+        for user in ("alice", "bob", "carol"):
+            await node.ctl("add_user", user, "right")
+        await node.ctl("set_permissions", "-p", "/", "alice", ".*", ".*", ".*")
+        await node.ctl("set_permissions", "-p", "/", "carol", "^$", ".*", ".*")
+        yield node
+    finally:
+        await node.stop()
+        node.reap_group()

@@ -47,7 +47,19 @@ contracts/asyncapi.json lists under x-vmsched-error-codes.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
+
+#: Why a connection to a server failed (the `kind` of ServerUnavailable and BusUnavailable): "away" (no
+#: answer in time, the connection dropped, the server starting or stopping), "no_server" (nothing listens
+#: at the address), "login_refused" (user or password), "permission_refused" (a user without rights on a
+#: virtual host, database or command), "tls_refused" (the TLS handshake or a certificate check failed),
+#: "wrong_server" (another kind of server answers at the address). The last four do not pass by waiting:
+#: someone must change a setting, a certificate or a user's rights (`needs_action`).
+ConnectionFailure = Literal["away", "no_server", "login_refused", "permission_refused", "tls_refused", "wrong_server"]
+#: The kinds a process does not start with (it would only retry what cannot succeed).
+NEEDS_ACTION: frozenset[ConnectionFailure] = frozenset(
+    {"login_refused", "permission_refused", "tls_refused", "wrong_server"}
+)
 
 
 class VmschedError(Exception):
@@ -226,6 +238,25 @@ class ServerUnavailable(VmschedError):
     #: Another attempt may succeed (the server comes back by itself); False where someone must act first.
     retryable: ClassVar[bool] = True
 
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str | None = None,
+        kind: ConnectionFailure = "away",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, location=location)
+        #: What kept the connection from being made (ConnectionFailure).
+        self.kind: ConnectionFailure = kind
+        #: What to do about it, for the operator (the CLI prints it under the message).
+        self.hint = hint
+
+    @property
+    def needs_action(self) -> bool:
+        """Whether waiting cannot help: a setting, a certificate or a user's rights must change."""
+        return self.kind in NEEDS_ACTION
+
 
 class RedisUnavailable(ServerUnavailable):
     code = "redis_unavailable"
@@ -269,6 +300,25 @@ class NoConsumer(BusError):
 class BusUnavailable(BusError):
     code = "bus_unavailable"
     meaning = "RabbitMQ cannot be reached right now (the bus reconnects by itself)"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str | None = None,
+        kind: ConnectionFailure = "away",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, location=location)
+        #: What kept the connection from being made (ConnectionFailure), as for ServerUnavailable.
+        self.kind: ConnectionFailure = kind
+        #: What to do about it, for the operator.
+        self.hint = hint
+
+    @property
+    def needs_action(self) -> bool:
+        """Whether waiting cannot help: a setting, a certificate or a user's rights must change."""
+        return self.kind in NEEDS_ACTION
 
 
 class RemoteError(BusError):

@@ -30,6 +30,7 @@ from vmsched.db import connect as connect_pg
 from vmsched.db.generations import GenerationLedger
 from vmsched.errors import DatabaseUnavailable, StateResyncing
 from vmsched.logging import get_logger
+from vmsched.reach import TlsFiles
 from vmsched.settings import Settings
 from vmsched.store.generations import MAX_GENERATION, GenerationMarkers
 
@@ -60,7 +61,8 @@ class Recovery:
 
         async def source() -> object:
             if not pool:
-                pool.append(await connect_pg(settings.postgres_url, min_size=0, max_size=1))
+                tls = TlsFiles.of(settings, "postgres")
+                pool.append(await connect_pg(settings.postgres_url, min_size=0, max_size=1, tls=tls))
             return pool[0]
 
         return cls(GenerationMarkers(redis, settings), source, None, found_by=found_by)

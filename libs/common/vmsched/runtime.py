@@ -22,9 +22,11 @@ import redis.asyncio as aioredis
 from vmsched.bus import Bus, connect
 from vmsched.db import connect as connect_pg
 from vmsched.db.pool import unavailable as postgres_unavailable
+from vmsched.errors import DatabaseUnavailable
 from vmsched.health import Check, run_checks
 from vmsched.logging import get_logger
 from vmsched.policy_cache import PolicyStoreWatch
+from vmsched.reach import TlsFiles
 from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import StateCache
@@ -32,6 +34,7 @@ from vmsched.store.generations import GenerationMarkers
 from vmsched.store.redis import connect as connect_redis
 from vmsched.store.redis import ping as ping_redis
 from vmsched.store.redis import unavailable as redis_unavailable
+from vmsched.store.redis_failures import check_at_start as check_redis_at_start
 
 if TYPE_CHECKING:
     import asyncpg
@@ -95,7 +98,30 @@ class Runtime:
         bus.recognise(redis_unavailable, postgres_unavailable)
         await bus.start()
         redis = connect_redis(settings)
+        try:
+            # Redis refusing this process (password, rights, TLS, another server there) stops the start;
+            # Redis merely away does not: the process waits for it without consuming.
+            away = await check_redis_at_start(redis, settings)
+        except BaseException:
+            await redis.aclose()
+            await bus.close()
+            raise
+        if away is not None:
+            log.warning("Redis does not answer yet; not consuming until it does", error=str(away))
         return cls(settings=settings, bus=bus, redis=redis, state=StateCache(redis, settings), service=service)
+
+    async def check_postgres_at_start(self) -> None:
+        """Open the PostgreSQL pool once, if this process uses it: PostgreSQL refusing it (password,
+        rights, TLS, another server there) stops the start; PostgreSQL away does not (the policy caches
+        wait for it)."""
+        if not self.uses_postgres:
+            return
+        try:
+            await self.postgres()
+        except DatabaseUnavailable as exc:
+            if exc.needs_action:
+                raise
+            log.warning("PostgreSQL does not answer yet", error=str(exc))
 
     @property
     def recovery(self) -> Recovery:
@@ -116,7 +142,8 @@ class Runtime:
             # A first request and a readiness probe may both open it: one pool, not two.
             async with self._pg_opening:
                 if self._pg is None:
-                    self._pg = await connect_pg(self.settings.postgres_url)
+                    tls = TlsFiles.of(self.settings, "postgres")
+                    self._pg = await connect_pg(self.settings.postgres_url, tls=tls)
         return self._pg
 
     def readiness_checks(self) -> dict[str, Check]:

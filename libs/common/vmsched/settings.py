@@ -2,14 +2,76 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The schemes each server URL may have, and what a right URL looks like (for the message).
+URL_FORMS: dict[str, tuple[tuple[str, ...], str]] = {
+    "amqp": (("amqp", "amqps"), "amqp://user:password@host:5672/ (or amqps://... for TLS, port 5671)"),
+    "redis": (("redis", "rediss", "unix"), "redis://[user:password@]host:6379/0 (or rediss://... for TLS)"),
+    "postgres": (
+        ("postgresql", "postgres"),
+        "postgresql://user[:password]@host:5432/vmsched (add ?sslmode=verify-full for TLS)",
+    ),
+}
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password, for messages and logs (also when it cannot be parsed)."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return re.sub(r"(//[^/:@]*):[^@/]*@", r"\1:***@", url)
+
+
+def url_problem(url: str, server: str) -> str | None:
+    """What is wrong with `url` as the URL of a `server` ("amqp", "redis", "postgres"), else None:
+    its scheme, host and port are checked (the first of those that is wrong is named)."""
+    schemes, form = URL_FORMS[server]
+    shown = repr(redact_url(url))
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        return f"{shown} cannot be read ({exc}): write {form}"
+    if not parts.scheme or (not parts.netloc and parts.scheme not in schemes):
+        return f"{shown} has no scheme: write {form}"
+    if parts.scheme not in schemes:
+        return f"{shown} has the scheme {parts.scheme}://, not {' or '.join(f'{x}://' for x in schemes)}: write {form}"
+    if parts.scheme == "unix":
+        return None if parts.path else f"{shown} names no socket path: write unix:///path/to/redis.sock"
+    if server == "postgres" and ("," in parts.netloc or not parts.hostname):
+        return None  # several hosts, or the local Unix socket: libpq's forms, left to the driver
+    try:
+        port = parts.port
+    except ValueError as exc:  # a port that is not a number, or out of range
+        return f"{shown} has a bad port ({exc}): write {form}"
+    if not parts.hostname:
+        return f"{shown} names no host: write {form}"
+    if port == 0:
+        return f"{shown} has port 0: write {form}"
+    return None
+
+
+def _checked_url(value: str, field: str, server: str) -> str:
+    problem = url_problem(value, server)
+    if problem is not None:
+        raise ValueError(f"VMSCHED_{field.upper()}={problem}")
+    return value
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="VMSCHED_", extra="ignore", frozen=True)
+    # hide_input_in_errors: a URL that does not validate may carry a password; the checks redact it.
+    model_config = SettingsConfigDict(env_prefix="VMSCHED_", extra="ignore", frozen=True, hide_input_in_errors=True)
 
     amqp_url: str = "amqp://guest:guest@127.0.0.1:5672/"
     #: Other nodes of the same RabbitMQ cluster, comma-separated AMQP URLs: connecting, and
@@ -22,6 +84,61 @@ class Settings(BaseSettings):
     queue_type: Literal["quorum", "classic"] = "quorum"
     redis_url: str = "redis://127.0.0.1:6379/0"
     postgres_url: str = "postgresql://127.0.0.1:5432/vmsched"
+    # TLS (docs/operating.md, "TLS"): a connection is TLS when its URL says so (amqps://, rediss://,
+    # PostgreSQL ?sslmode=require, verify-ca or verify-full; for Redis the sentinels and every cluster
+    # node too). The server's certificate is always verified: against the CA file given, else the
+    # system's CAs; the host name is checked too except with sslmode=verify-ca. Files are PEM.
+    #: The CA that signed RabbitMQ's certificate (empty: the system's CAs).
+    amqp_tls_ca_file: str = ""
+    #: The client certificate RabbitMQ asks for (its `ssl_options.fail_if_no_peer_cert`), if any.
+    amqp_tls_cert_file: str = ""
+    #: The client certificate's private key (empty: it is in amqp_tls_cert_file).
+    amqp_tls_key_file: str = ""
+    #: The CA that signed Redis's certificate (empty: the system's CAs).
+    redis_tls_ca_file: str = ""
+    #: The client certificate Redis asks for (`tls-auth-clients yes`), if any.
+    redis_tls_cert_file: str = ""
+    #: The client certificate's private key (empty: it is in redis_tls_cert_file).
+    redis_tls_key_file: str = ""
+    #: The CA that signed PostgreSQL's certificate (empty: the system's CAs).
+    postgres_tls_ca_file: str = ""
+    #: The client certificate PostgreSQL asks for (`clientcert=verify-ca` in pg_hba.conf), if any.
+    postgres_tls_cert_file: str = ""
+    #: The client certificate's private key (empty: it is in postgres_tls_cert_file).
+    postgres_tls_key_file: str = ""
+
+    @field_validator("amqp_url", "redis_url", "postgres_url", mode="after")
+    @classmethod
+    def _server_url(cls, value: str, info: ValidationInfo) -> str:
+        # Checked at start: a URL without its scheme made the AMQP client wait forever, silently.
+        field = str(info.field_name)
+        return _checked_url(value, field, field.removesuffix("_url"))
+
+    @field_validator("amqp_failover_urls", mode="after")
+    @classmethod
+    def _failover_urls(cls, value: str) -> str:
+        for url in (u.strip() for u in value.split(",")):
+            if url:
+                _checked_url(url, "amqp_failover_urls", "amqp")
+        return value
+
+    @field_validator(
+        "amqp_tls_ca_file",
+        "amqp_tls_cert_file",
+        "amqp_tls_key_file",
+        "redis_tls_ca_file",
+        "redis_tls_cert_file",
+        "redis_tls_key_file",
+        "postgres_tls_ca_file",
+        "postgres_tls_cert_file",
+        "postgres_tls_key_file",
+        mode="after",
+    )
+    @classmethod
+    def _tls_file(cls, value: str, info: ValidationInfo) -> str:
+        if value and not Path(value).is_file():
+            raise ValueError(f"VMSCHED_{str(info.field_name).upper()}={value!r} is not a file")
+        return value
 
     #: Prefix of every exchange and queue name (tests run isolated under their own prefix).
     amqp_prefix: str = ""

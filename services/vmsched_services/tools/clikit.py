@@ -55,10 +55,15 @@ def settings() -> Settings:
     try:
         return Settings()
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{env_name(str(e['loc'][0])) if e['loc'] else 'VMSCHED_*'}: {e['msg']}" for e in exc.errors()
-        )
+        problems = "; ".join(_setting_problem(e["loc"], e["msg"]) for e in exc.errors())
         raise UsageError(f"invalid setting: {problems}", hint="fix or unset the variable") from None
+
+
+def _setting_problem(loc: tuple[int | str, ...], msg: str) -> str:
+    """One invalid setting, named by its variable once (a check of ours names it in its message)."""
+    msg = msg.removeprefix("Value error, ")
+    name = env_name(str(loc[0])) if loc else "VMSCHED_*"
+    return msg if msg.startswith(name) else f"{name}: {msg}"
 
 
 def env_name(field: str) -> str:

@@ -10,8 +10,10 @@ from vmsched_services.tools.clikit import EXIT_OK, SubParsers, command, env_help
 
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     from vmsched.db import migrate
+    from vmsched.reach import TlsFiles
 
-    applied = asyncio.run(migrate(args.dsn or settings().postgres_url))
+    cfg = settings()
+    applied = asyncio.run(migrate(args.dsn or cfg.postgres_url, tls=TlsFiles.of(cfg, "postgres")))
     print(f"applied {len(applied)} migration(s){': ' + ', '.join(applied) if applied else ''}; schema up to date")
     return EXIT_OK
 

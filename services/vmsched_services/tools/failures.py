@@ -24,6 +24,7 @@ from vmsched.errors import (
     NoConsumer,
     RemoteError,
     RpcTimeout,
+    ServerUnavailable,
     VmschedError,
 )
 from vmsched_services.tools.clikit import (
@@ -108,6 +109,8 @@ def _explain_vmsched_error(exc: Exception, needs: str | None, cluster: str | Non
         hint = _no_consumer_hint(needs)
     elif isinstance(exc, RpcTimeout):
         hint = f"is the {needs or 'service'} overloaded or stuck? Its log says; --timeout waits longer"
+    elif isinstance(exc, BusUnavailable | ServerUnavailable) and exc.needs_action and exc.hint:
+        hint = exc.hint  # a refusal, TLS, another server, nothing there: its own advice, not "start it"
     elif isinstance(exc, BusUnavailable):
         hint = START_HINTS["RabbitMQ"]
     elif isinstance(exc, DatabaseMissing):
@@ -125,8 +128,11 @@ def _explain_driver_error(exc: Exception) -> Failure | None:
         from redis.exceptions import TimeoutError as RedisTimeoutError
 
         if isinstance(exc, RedisConnectionError | RedisTimeoutError):
-            url = redacted(settings().redis_url)
-            return Failure(f"Redis at {url} is unreachable: {exc}", START_HINTS["Redis"], EXIT_ERROR)
+            from vmsched.store.redis_failures import diagnose
+
+            named = diagnose(settings(), exc)
+            hint = named.hint if named.needs_action else START_HINTS["Redis"]
+            return Failure(f"{named.code}: {named}", hint, EXIT_ERROR)
     if "asyncpg" in sys.modules:
         import asyncpg
 

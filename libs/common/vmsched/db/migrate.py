@@ -22,6 +22,7 @@ from asyncpg import exceptions as pg_errors
 from vmsched.db.catalogue import seed_builtins
 from vmsched.db.pool import Connection, connect_one, init_connection
 from vmsched.errors import DatabaseMissing, MigrationError
+from vmsched.reach.tls import TlsFiles
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.registry import REGISTRY
 
@@ -56,10 +57,10 @@ def _quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-async def ensure_database(dsn: str) -> bool:
+async def ensure_database(dsn: str, *, tls: TlsFiles | None = None) -> bool:
     """Create the database the DSN names when it does not exist; True if this call created it."""
     try:
-        conn = await connect_one(dsn)
+        conn = await connect_one(dsn, tls=tls)
     except DatabaseMissing:
         pass
     else:
@@ -69,7 +70,7 @@ async def ensure_database(dsn: str) -> bool:
     name = unquote(parts.path.lstrip("/"))
     if not name:
         raise MigrationError("the database URL names no database to create", location="dsn")
-    admin = await connect_one(urlunsplit(parts._replace(path="/postgres")))
+    admin = await connect_one(urlunsplit(parts._replace(path="/postgres")), tls=tls)
     try:
         # Advisory locks are per database: every creator locks in 'postgres', so they serialize.
         await admin.execute("SELECT pg_advisory_lock($1)", MIGRATION_LOCK_KEY)
@@ -112,11 +113,12 @@ async def _apply(conn: Connection, migrations: list[Migration]) -> list[str]:
     return applied
 
 
-async def migrate(dsn: str, *, registry: Mapping[str, PolicyUnit] = REGISTRY) -> list[str]:
-    """Create, migrate and seed the database; returns the versions this call applied."""
+async def migrate(dsn: str, *, registry: Mapping[str, PolicyUnit] = REGISTRY, tls: TlsFiles | None = None) -> list[str]:
+    """Create, migrate and seed the database; returns the versions this call applied. `tls`: the
+    certificates for a URL that asks for TLS (VMSCHED_POSTGRES_TLS_*)."""
     migrations = load_migrations()
-    await ensure_database(dsn)
-    conn = await connect_one(dsn)
+    await ensure_database(dsn, tls=tls)
+    conn = await connect_one(dsn, tls=tls)
     try:
         await init_connection(conn)
         # Session-level: held across the per-migration transactions; released by unlock or on close.

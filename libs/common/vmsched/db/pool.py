@@ -6,15 +6,18 @@ server and say what to do, so a caller never has to know asyncpg's exception cla
 
 from __future__ import annotations
 
+import asyncio
 import json
+import ssl
 from typing import Any
-from urllib.parse import urlsplit
 from uuid import UUID
 
 import asyncpg
 from asyncpg import exceptions as pg_errors
 
+from vmsched.db.failures import diagnose
 from vmsched.errors import DatabaseMissing, DatabaseUnavailable, PolicyStoreUnavailable
+from vmsched.reach.tls import TlsFiles, postgres_context
 
 # asyncpg ships no type information: connections and records are Any to mypy.
 Connection = Any
@@ -28,17 +31,8 @@ async def init_connection(conn: Connection) -> None:
     await conn.set_type_codec("uuid", encoder=str, decoder=UUID, schema="pg_catalog")
 
 
-#: What the driver raises when it cannot get a connection at all.
-_UNREACHABLE = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
-
-
-def _unavailable(dsn: str, exc: BaseException) -> DatabaseUnavailable:
-    url = urlsplit(dsn)  # named without its credentials
-    where = f"{url.hostname or 'localhost'}:{url.port or 5432}{url.path}"
-    return DatabaseUnavailable(
-        f"PostgreSQL at {where} is unreachable: {type(exc).__name__}: {exc}; start it (and run "
-        "`vmsched db migrate` to create the database), or point VMSCHED_POSTGRES_URL at a running one"
-    )
+#: What the driver raises when it cannot get a connection at all (TimeoutError: no answer in time).
+_UNREACHABLE = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 #: What the driver raises while the server is away, starting, shutting down or out of connections.
@@ -70,28 +64,63 @@ def unavailable(exc: BaseException, *, io: bool = False) -> PolicyStoreUnavailab
     return None
 
 
-async def connect(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
+#: Bound on opening one connection: a server that never answers (another kind of server at the
+#: address, a firewall dropping packets) is named within seconds, not asyncpg's default minute.
+CONNECT_TIMEOUT_S = 5.0
+
+
+async def connect(
+    dsn: str,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    tls: TlsFiles | None = None,
+    timeout: float = CONNECT_TIMEOUT_S,
+) -> asyncpg.Pool:
     """A pool whose connections speak jsonb as Python objects.
 
-    Raises DatabaseUnavailable (saying which server and what to do) when PostgreSQL does not answer
-    or refuses the connection, instead of the driver's own exception.
+    TLS as the URL's sslmode asks, with the certificates of `tls` (VMSCHED_POSTGRES_TLS_*; none: the
+    system's CAs). Raises DatabaseUnavailable naming what went wrong (its `kind`: the login refused, TLS,
+    nothing listening, another server, away) and what to do, instead of the driver's own exception.
     """
     try:
-        return await asyncpg.create_pool(dsn, min_size=min_size, max_size=max_size, init=init_connection)
-    except _UNREACHABLE as exc:
-        raise _unavailable(dsn, exc) from exc
-
-
-async def connect_one(dsn: str) -> Connection:
-    """One plain connection (migrations, administration); DatabaseUnavailable as for connect(),
-    DatabaseMissing when the server answers but the database does not exist."""
-    try:
-        conn: Connection = await asyncpg.connect(dsn)
+        return await asyncpg.create_pool(
+            dsn, min_size=min_size, max_size=max_size, init=init_connection, ssl=_ssl(dsn, tls), timeout=timeout
+        )
     except pg_errors.InvalidCatalogNameError as exc:
         raise DatabaseMissing(f"{exc}; run `vmsched db migrate` to create it") from exc
     except _UNREACHABLE as exc:
-        raise _unavailable(dsn, exc) from exc
+        raise await _failure(dsn, exc, tls) from exc
+
+
+async def connect_one(dsn: str, *, tls: TlsFiles | None = None, timeout: float = CONNECT_TIMEOUT_S) -> Connection:
+    """One plain connection (migrations, administration); DatabaseUnavailable as for connect(),
+    DatabaseMissing when the server answers but the database does not exist."""
+    try:
+        conn: Connection = await asyncpg.connect(dsn, ssl=_ssl(dsn, tls), timeout=timeout)
+    except pg_errors.InvalidCatalogNameError as exc:
+        raise DatabaseMissing(f"{exc}; run `vmsched db migrate` to create it") from exc
+    except _UNREACHABLE as exc:
+        raise await _failure(dsn, exc, tls) from exc
     return conn
 
 
-__all__ = ["AWAY_HINT", "Connection", "Record", "connect", "connect_one", "init_connection", "unavailable"]
+def _ssl(dsn: str, tls: TlsFiles | None) -> ssl.SSLContext | None:
+    return postgres_context(dsn, tls or TlsFiles(prefix="VMSCHED_POSTGRES_TLS"))
+
+
+async def _failure(dsn: str, exc: BaseException, tls: TlsFiles | None) -> DatabaseUnavailable:
+    # The diagnosis may ask what answers at the address, with blocking sockets: not on the loop.
+    return await asyncio.to_thread(diagnose, dsn, exc, tls)
+
+
+__all__ = [
+    "AWAY_HINT",
+    "CONNECT_TIMEOUT_S",
+    "Connection",
+    "Record",
+    "connect",
+    "connect_one",
+    "init_connection",
+    "unavailable",
+]

@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from vmsched.errors import RedisUnavailable
+from vmsched.reach import TlsFiles
 from vmsched.settings import Settings
 
 #: Seconds a pooled connection may sit idle before it is PINGed before use: catches connections a
@@ -64,12 +65,21 @@ def connect(settings: Settings, *, max_connections: int | None = None) -> aiored
     """
     if settings.redis_sentinels and settings.redis_cluster:
         raise ValueError("VMSCHED_REDIS_SENTINELS and VMSCHED_REDIS_CLUSTER exclude each other")
-    options = _options(max_connections)
+    options = _options(max_connections) | tls_options(settings)
     if settings.redis_sentinels:
         return _sentinel_master(settings, options)
     if settings.redis_cluster:
         return _cluster(settings, options)
     return aioredis.Redis.from_url(settings.redis_url, **options)
+
+
+def tls_options(settings: Settings) -> dict[str, Any]:
+    """redis-py's TLS options when redis_url is rediss:// (the master, the sentinels and every cluster
+    node then speak TLS), else none. The URL's scheme turns TLS on for one server and a cluster; a
+    sentinel-found master is told by `ssl`."""
+    if not settings.redis_url.startswith("rediss:"):
+        return {}
+    return TlsFiles.of(settings, "redis").redis_options()
 
 
 def sentinel_addresses(sentinels: str) -> list[tuple[str, int]]:
@@ -122,6 +132,10 @@ def _sentinel_master(settings: Settings, options: dict[str, Any]) -> aioredis.Re
     sentinel_kwargs: dict[str, Any] = {"socket_timeout": 1.0, "socket_connect_timeout": 1.0}
     if settings.redis_sentinel_password:
         sentinel_kwargs["password"] = settings.redis_sentinel_password
+    tls = tls_options(settings)
+    if tls:
+        sentinel_kwargs |= {"ssl": True, **tls}
+        master["ssl"] = True
     addresses = sentinel_addresses(settings.redis_sentinels)
     sentinel = Sentinel(addresses, sentinel_kwargs=sentinel_kwargs)  # type: ignore[no-untyped-call]
     client: aioredis.Redis = sentinel.master_for(settings.redis_sentinel_master, **options, **master)

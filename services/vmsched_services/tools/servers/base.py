@@ -11,7 +11,19 @@ import socket
 import subprocess
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+
+
+@dataclass(frozen=True)
+class TlsListener:
+    """What a private server's TLS listener uses (PEM files): its certificate and key, the CA it checks
+    client certificates against, and whether a client must present one."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    client_cert_required: bool = False
 
 
 def free_port() -> int:
@@ -119,4 +131,4 @@ class PrivateServer:
         return True
 
 
-__all__ = ["PrivateServer", "accepts", "free_port"]
+__all__ = ["PrivateServer", "TlsListener", "accepts", "free_port"]

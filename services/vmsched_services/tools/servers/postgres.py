@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 
-from vmsched_services.tools.servers.base import PrivateServer
+from vmsched_services.tools.servers.base import PrivateServer, TlsListener
 
 #: Where the PostgreSQL programs are (a Debian install links them here).
 BIN = Path(os.environ.get("VMSCHED_PG_BIN", "/usr/local/bin"))
@@ -34,18 +34,23 @@ PG_USER = "postgres"
 class PrivatePostgres(PrivateServer):
     name = "postgres"
 
-    def __init__(self, directory: Path, port: int | None = None) -> None:
+    def __init__(self, directory: Path, port: int | None = None, *, tls: TlsListener | None = None) -> None:
         super().__init__(directory, port)
         self.home = Path(tempfile.mkdtemp(prefix="vmsched-pg-"))
         self.data = self.home / "data"
         self._owner = pwd.getpwnam(PG_USER) if os.geteuid() == 0 else None
         if self._owner is not None:
             os.chown(self.home, self._owner.pw_uid, self._owner.pw_gid)
+        #: ssl=on, and TCP connections only over TLS (pg_hba.conf: hostssl; with `client_cert_required`,
+        #: clientcert=verify-ca); the Unix socket stays trusted (start() checks over it).
+        self.tls = tls
 
     @property
     def dsn(self) -> str:
-        """The URL of database `vmsched` on this server (created by `vmsched db migrate` / migrate())."""
-        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/vmsched"
+        """The URL of database `vmsched` on this server (created by `vmsched db migrate` / migrate());
+        with TLS, sslmode=verify-full."""
+        tls = "?sslmode=verify-full" if self.tls is not None else ""
+        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/vmsched{tls}"
 
     def _as_owner(self) -> dict[str, Any]:
         if self._owner is None:
@@ -68,14 +73,43 @@ class PrivatePostgres(PrivateServer):
 
     def command(self) -> Sequence[str]:
         # -k: the Unix socket in our own directory (not /var/run/postgresql, the shared server's).
-        return [
+        cmd = [
             str(BIN / "postgres"),
             *("-D", str(self.data), "-p", str(self.port), "-k", str(self.home), "-h", "127.0.0.1"),
             *("-c", "fsync=off", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"),
         ]
+        if self.tls is not None:
+            tls = self.home / "tls"
+            cmd += [
+                "-c",
+                "ssl=on",
+                "-c",
+                f"ssl_cert_file={tls / 'server.pem'}",
+                "-c",
+                f"ssl_key_file={tls / 'server.key'}",
+            ]
+            cmd += ["-c", f"ssl_ca_file={tls / 'ca.pem'}", "-c", f"hba_file={tls / 'pg_hba.conf'}"]
+        return cmd
+
+    def _write_tls_files(self) -> None:
+        """The certificates, copied where the server's user may read them (a key readable by others is
+        refused), and a pg_hba.conf taking TCP connections over TLS only."""
+        if self.tls is None:
+            return
+        tls = self.home / "tls"
+        tls.mkdir(exist_ok=True)
+        for source, name in ((self.tls.cert, "server.pem"), (self.tls.key, "server.key"), (self.tls.ca, "ca.pem")):
+            shutil.copyfile(source, tls / name)
+        (tls / "server.key").chmod(0o600)
+        client = " clientcert=verify-ca" if self.tls.client_cert_required else ""
+        (tls / "pg_hba.conf").write_text(f"local all all trust\nhostssl all all 127.0.0.1/32 trust{client}\n")
+        if self._owner is not None:
+            for path in (tls, *tls.iterdir()):
+                os.chown(path, self._owner.pw_uid, self._owner.pw_gid)
 
     def spawn(self) -> None:
         self.initdb()
+        self._write_tls_files()
         with self.log_path.open("ab") as log:
             self.popen = subprocess.Popen(
                 list(self.command()),
@@ -94,7 +128,10 @@ class PrivatePostgres(PrivateServer):
         await super().start(timeout_s)
         while True:
             try:
-                conn = await asyncpg.connect(f"postgresql://{PG_USER}@127.0.0.1:{self.port}/postgres", timeout=2)
+                # Over the Unix socket: pg_hba.conf may want TLS and a client certificate over TCP.
+                conn = await asyncpg.connect(
+                    user=PG_USER, host=str(self.home), port=self.port, database="postgres", timeout=2
+                )
             except (OSError, asyncpg.PostgresError) as exc:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"postgres on port {self.port} takes no sessions: {exc}; {self.tail()}") from exc

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from vmsched_services.tools.servers.base import PrivateServer, free_port
+from vmsched_services.tools.servers.base import PrivateServer, TlsListener, free_port
 
 #: The scripts themselves, not /usr/sbin's wrappers (those switch to the rabbitmq user and its HOME).
 RABBIT_BIN = Path(os.environ.get("VMSCHED_RABBITMQ_BIN", "/usr/lib/rabbitmq/bin"))
@@ -31,14 +31,27 @@ class RabbitNode(PrivateServer):
 
     name = "rabbitmq"
 
-    def __init__(self, directory: Path, nodename: str, cookie: str, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, nodename: str, cookie: str, port: int | None = None, *, tls: TlsListener | None = None
+    ) -> None:
         super().__init__(directory, port)
         if nodename.startswith("rabbit@"):
             raise ValueError("rabbit@<host> is the shared node's name; a private node needs another")
         self.nodename = nodename
         self.cookie = cookie
         self.dist_port = free_port()
+        #: A TLS listener on `tls_port` besides the plain one on `port` (peers verified; with
+        #: `client_cert_required`, fail_if_no_peer_cert).
+        self.tls = tls
+        self.tls_port = free_port() if tls is not None else None
         self._write_files()
+
+    @property
+    def tls_url(self) -> str:
+        """The amqps:// URL of the TLS listener (guest may log in: the connection is over loopback)."""
+        if self.tls_port is None:
+            raise ValueError("this node has no TLS listener")
+        return f"amqps://guest:guest@127.0.0.1:{self.tls_port}/"
 
     @property
     def url(self) -> str:
@@ -59,7 +72,19 @@ class RabbitNode(PrivateServer):
             "log.console = false\n"
             "log.file.level = info\n"
             # The fault suite runs on small shared machines: do not block publishers for a full disk.
-            "disk_free_limit.absolute = 10MB\n"
+            "disk_free_limit.absolute = 10MB\n" + self._tls_config()
+        )
+
+    def _tls_config(self) -> str:
+        if self.tls is None:
+            return ""
+        return (
+            f"listeners.ssl.default = 127.0.0.1:{self.tls_port}\n"
+            f"ssl_options.cacertfile = {self.tls.ca}\n"
+            f"ssl_options.certfile = {self.tls.cert}\n"
+            f"ssl_options.keyfile = {self.tls.key}\n"
+            "ssl_options.verify = verify_peer\n"
+            f"ssl_options.fail_if_no_peer_cert = {'true' if self.tls.client_cert_required else 'false'}\n"
         )
 
     def command(self) -> Sequence[str]:

@@ -24,7 +24,7 @@ from typing import Any, Self
 
 import redis.asyncio as aioredis
 
-from vmsched_services.tools.servers.base import PrivateServer, free_port
+from vmsched_services.tools.servers.base import PrivateServer, TlsListener, free_port
 
 #: The service name the sentinels monitor the primary under.
 MASTER_NAME = "vmsched"
@@ -43,11 +43,17 @@ class PrivateRedis(PrivateServer):
         aof: bool = False,
         replica_of: int | None = None,
         cluster_node_timeout_ms: int | None = None,
+        tls: TlsListener | None = None,
+        password: str | None = None,
     ) -> None:
         super().__init__(directory, port)
         self.aof = aof
         self.replica_of = replica_of
         self.cluster_node_timeout_ms = cluster_node_timeout_ms
+        #: With TLS, `port` is the TLS port and there is no plain one.
+        self.tls = tls
+        #: `requirepass`: clients must AUTH with it.
+        self.password = password
 
     def command(self) -> Sequence[str]:
         cmd = [
@@ -63,6 +69,13 @@ class PrivateRedis(PrivateServer):
             "--dir",
             str(self.directory),
         ]
+        if self.tls is not None:
+            cmd[1:3] = ["--port", "0", "--tls-port", str(self.port)]
+            cmd += ["--tls-cert-file", str(self.tls.cert), "--tls-key-file", str(self.tls.key)]
+            cmd += ["--tls-ca-cert-file", str(self.tls.ca)]
+            cmd += ["--tls-auth-clients", "yes" if self.tls.client_cert_required else "no"]
+        if self.password is not None:
+            cmd += ["--requirepass", self.password]
         if self.replica_of is not None:
             cmd += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         if self.cluster_node_timeout_ms is not None:
@@ -81,7 +94,9 @@ class PrivateRedis(PrivateServer):
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        scheme = "rediss" if self.tls is not None else "redis"
+        auth = f":{self.password}@" if self.password is not None else ""
+        return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> aioredis.Redis:
         return aioredis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0)

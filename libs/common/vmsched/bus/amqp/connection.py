@@ -26,7 +26,8 @@ from aio_pika.abc import (
 from yarl import URL
 
 from vmsched import constants as c
-from vmsched.bus.amqp.nodes import FailoverConnection, amqp_urls, connect_failover
+from vmsched.bus.amqp.failures import connect_failure, refused
+from vmsched.bus.amqp.nodes import FailoverConnection, connect_failover
 from vmsched.bus.codec import safe_text
 from vmsched.errors import BusUnavailable, NotAuthorized
 from vmsched.logging import get_logger
@@ -172,11 +173,8 @@ class BrokerLink:
                 timeout=self.settings.rpc_timeout_s,
             )
         except (*BROKER_ERRORS, TimeoutError) as exc:
-            tried = ", ".join(redacted(u) for u in amqp_urls(self.settings))
-            raise BusUnavailable(
-                f"RabbitMQ at {tried} is unreachable: {type(exc).__name__}: "
-                f"{safe_text(exc, 500)}; start the broker, or point VMSCHED_AMQP_URL at a running one"
-            ) from None
+            # Named for what it is (the login, rights, TLS, another server, nothing there, away).
+            raise await connect_failure(self.settings, exc) from None
         try:
             self.channel = ch = await self._conn.channel(publisher_confirms=True)
             if self.declares:
@@ -186,7 +184,7 @@ class BrokerLink:
             with contextlib.suppress(Exception):
                 await self._conn.close()
             self._conn = None
-            raise self.unavailable(exc) from None
+            raise refused(self.settings, self.node_url, exc) or self.unavailable(exc) from None
         return ch
 
     def renew_publishing_channel(self) -> None:

@@ -19,6 +19,7 @@ from aio_pika.abc import AbstractRobustConnection, UnderlayConnection
 from aio_pika.robust_connection import RobustConnection
 from yarl import URL
 
+from vmsched.reach import TlsFiles
 from vmsched.settings import Settings
 
 
@@ -78,6 +79,9 @@ async def connect_failover(settings: Settings, **kwargs: Any) -> AbstractRobustC
     """A robust connection to the first node of `amqp_urls(settings)` that answers; the last
     failure if none does. Later reconnects go round the nodes from the one it is on."""
     nodes = amqp_urls(settings)
+    if any(u.startswith("amqps:") for u in nodes):
+        # amqps:// nodes connect over TLS with this context; aiormq ignores it for amqp:// ones.
+        kwargs.setdefault("ssl_context", TlsFiles.of(settings, "amqp").context())
     if len(nodes) == 1:
         conn: AbstractRobustConnection = await aio_pika.connect_robust(nodes[0], **kwargs)
         return conn
