@@ -16,7 +16,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 from vmsched.errors import CommandError
@@ -73,7 +72,7 @@ def rabbitmq_with_api(definitions: Path, api_url: str, user: str, password: str)
         },
     )
     try:
-        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as reply:  # noqa: S310 - checked scheme
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as reply:
             return f"the management API took the definitions ({reply.status})"
     except urllib.error.HTTPError as exc:
         said = exc.read(2000).decode(errors="replace")
@@ -106,10 +105,11 @@ async def postgres_roles(dsn: str, roles_sql: Path) -> None:
     """Run the roles' SQL in one transaction, as the user of `dsn` (the database's owner)."""
     import asyncpg  # noqa: PLC0415 - only this command needs it here
 
+    sql = await asyncio.to_thread(roles_sql.read_text, encoding="utf-8")
     conn = await asyncpg.connect(dsn, timeout=10)
     try:
         async with conn.transaction():
-            await conn.execute(roles_sql.read_text(encoding="utf-8"))
+            await conn.execute(sql)
     finally:
         await conn.close()
 
