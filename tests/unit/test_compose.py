@@ -27,10 +27,11 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 APP_SERVICES = ("state-tracker", "filter-worker", "weigher", "selector", "balancer", "ha-monitor", "policy-admin")
 REPLICATED = ("filter-worker", "weigher", "state-tracker")
 INFRA_SERVICES = ("rabbitmq", "redis", "postgres")
-EXPECTED_URLS = {
-    "VMSCHED_AMQP_URL": "amqp://guest:guest@rabbitmq:5672/",
-    "VMSCHED_REDIS_URL": "redis://redis:6379/0",
-    "VMSCHED_POSTGRES_URL": "postgresql://postgres@postgres:5432/vmsched",
+#: Each service reads its URLs (with its role's generated password) from its credentials directory.
+EXPECTED_URL_FILES = {
+    "VMSCHED_AMQP_URL_FILE": "/run/vmsched/amqp_url",
+    "VMSCHED_REDIS_URL_FILE": "/run/vmsched/redis_url",
+    "VMSCHED_POSTGRES_URL_FILE": "/run/vmsched/postgres_url",
 }
 
 
@@ -125,15 +126,47 @@ def test_all_services_share_one_build(services: dict[str, dict[str, Any]]) -> No
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
-def test_service_environment_points_at_compose_services(services: dict[str, dict[str, Any]], name: str) -> None:
+def test_service_reads_its_urls_from_its_own_credentials(services: dict[str, dict[str, Any]], name: str) -> None:
     env = _environment(services[name])
-    for key, url in EXPECTED_URLS.items():
-        assert env.get(key) == url, f"{name}: {key}"
-    # The host part of each URL must be a service of this compose file.
-    for key in EXPECTED_URLS:
-        host = re.sub(r"^[a-z]+://(?:[^@/]*@)?([^:/]+).*$", r"\1", env[key])
-        assert host in services, f"{name}: {key} names unknown host {host!r}"
+    for key, path in EXPECTED_URL_FILES.items():
+        assert env.get(key) == path, f"{name}: {key}"
+        assert key.removesuffix("_FILE") not in env, f"{name}: {key} and its URL both set"
+    assert env.get("VMSCHED_AMQP_DECLARE") == "false"
     assert env.get("VMSCHED_METRICS_PORT") == "9100"
+    # Its own role's directory of the credentials volume only, read-only.
+    mounts = [v for v in services[name].get("volumes", []) if isinstance(v, dict) and v["source"] == "credentials"]
+    assert len(mounts) == 1, name
+    assert mounts[0]["target"] == "/run/vmsched"
+    assert mounts[0]["read_only"] is True
+    assert mounts[0]["volume"]["subpath"] == name
+
+
+def test_no_credential_is_written_in_the_compose_file() -> None:
+    text = COMPOSE_FILE.read_text()
+    assert "guest" not in text
+    assert "trust" not in text
+    # A URL with a password in it: scheme://user:password@
+    assert not re.search(r"[a-z]+://[^/\s:@]+:[^/\s@]+@", text)
+
+
+def test_credentials_are_generated_before_anything_starts(services: dict[str, dict[str, Any]]) -> None:
+    command = " ".join(_exec_form(services["credentials"]["command"]))
+    assert "vmsched security init /credentials" in command
+    for name in (*INFRA_SERVICES, *APP_SERVICES):
+        deps = _depends_on(services[name])
+        assert deps.get("credentials") == "service_completed_successfully", name
+
+
+def test_servers_take_their_users_from_the_credentials(
+    compose: dict[str, Any], services: dict[str, dict[str, Any]]
+) -> None:
+    assert "load_definitions = /etc/vmsched/definitions.json" in compose["configs"]["rabbitmq-vmsched"]["content"]
+    argv = _exec_form(services["redis"]["command"])
+    assert argv[argv.index("--aclfile") + 1] == "/etc/vmsched/users.acl"
+    env = _environment(services["postgres"])
+    assert env["POSTGRES_PASSWORD_FILE"] == "/etc/vmsched/owner_password"
+    assert env["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert "vmsched security apply /credentials --postgres" in " ".join(_exec_form(services["migrate"]["command"]))
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
@@ -188,10 +221,11 @@ def test_service_names_are_known_to_the_cli(services: dict[str, dict[str, Any]])
 # ---------------------------------------------------------------- migration and infrastructure
 def test_migrate_is_one_shot(services: dict[str, dict[str, Any]]) -> None:
     migrate = services["migrate"]
-    assert _argv(migrate) == ["vmsched", "db", "migrate"]
+    assert _argv(migrate)[:2] == ["sh", "-c"]
+    assert _argv(migrate)[2].startswith("vmsched db migrate && ")
     assert str(migrate.get("restart")) == "no"
     assert _depends_on(migrate).get("postgres") == "service_healthy"
-    assert _environment(migrate).get("VMSCHED_POSTGRES_URL") == EXPECTED_URLS["VMSCHED_POSTGRES_URL"]
+    assert _environment(migrate).get("VMSCHED_POSTGRES_URL_FILE") == "/credentials/ops/postgres_url"
 
 
 def test_rabbitmq_has_management(services: dict[str, dict[str, Any]]) -> None:
@@ -199,7 +233,9 @@ def test_rabbitmq_has_management(services: dict[str, dict[str, Any]]) -> None:
     assert rabbit["image"].startswith("rabbitmq:")
     assert "management" in rabbit["image"]
     published = {str(p).rsplit(":", 1)[-1] for p in rabbit.get("ports", [])}
-    assert {"5672", "15672"} <= published
+    # AMQP for the engine, on the host's loopback unless told otherwise; never the management UI.
+    assert published == {"5672"}
+    assert rabbit["ports"] == ["${VMSCHED_AMQP_PUBLISH:-127.0.0.1:5672}:5672"]
 
 
 @pytest.mark.parametrize(
@@ -212,10 +248,8 @@ def test_infrastructure_has_healthchecks(services: dict[str, dict[str, Any]], na
     assert probe in " ".join(_healthcheck_argv(services[name]))
 
 
-def test_postgres_matches_the_service_url(services: dict[str, dict[str, Any]]) -> None:
-    env = _environment(services["postgres"])
-    assert env.get("POSTGRES_DB") == "vmsched"
-    assert env.get("POSTGRES_HOST_AUTH_METHOD") == "trust"
+def test_postgres_holds_the_database_of_the_urls(services: dict[str, dict[str, Any]]) -> None:
+    assert _environment(services["postgres"]).get("POSTGRES_DB") == "vmsched"
 
 
 def _volume_mounts(service: dict[str, Any]) -> dict[str, str]:

@@ -9,6 +9,9 @@ directory.
     DIR/postgres/roles.sql            PostgreSQL roles (SCRAM verifiers) and their grants
     DIR/<role>/<server>_url           the URL a role connects with (VMSCHED_<SERVER>_URL_FILE)
     DIR/<role>/env                    the role's other settings (no secret in it)
+    DIR/ops/<server>_url              the operator's own administrative login on each server
+                                      (RabbitMQ administrator, Redis `vmsched-ops`, PostgreSQL's
+                                      owner `postgres`), for migrations, `security apply` and repairs
 """
 
 from __future__ import annotations
@@ -26,6 +29,9 @@ from vmsched.settings import Settings
 from vmsched_services.tools.security import postgres_roles, rabbit_defs, redis_acl
 from vmsched_services.tools.security.roles import ADMIN, ENGINE, ROLES, SERVICE_ROLES, pg_role_name, user_name
 
+#: The operator's user on RabbitMQ and Redis.
+OPS_USER = "vmsched-ops"
+
 #: The servers each role connects to (the engine only talks to the bus).
 SERVERS: dict[str, tuple[str, ...]] = {
     **{role: ("amqp", "redis", "postgres") for role in SERVICE_ROLES},
@@ -33,6 +39,10 @@ SERVERS: dict[str, tuple[str, ...]] = {
     # Some operator commands read Redis directly (decisions, explain, clusters list).
     ADMIN: ("amqp", "redis"),
 }
+#: The operator: not a part of vmsched but whoever administers its servers (see the module docstring).
+OPS = "ops"
+#: The PostgreSQL superuser / database owner the operator logs in as (the postgres image's).
+PG_OWNER = "postgres"
 #: Bytes of randomness per generated password (URL-safe base64: 32 characters).
 PASSWORD_BYTES = 24
 
@@ -73,13 +83,13 @@ class Credentials:
     def load(cls, directory: Path, *, rotate: Iterable[str] = ()) -> Credentials:
         """The passwords under `directory`, generating those missing and those of the roles in `rotate`."""
         rotated = set(rotate)
-        unknown = rotated - set(ROLES)
+        unknown = rotated - {*ROLES, OPS}
         if unknown:
             raise ValueError(f"unknown role(s) {sorted(unknown)}; roles: {', '.join(ROLES)}")
         creds = cls(directory)
         (directory / "passwords").mkdir(mode=0o700, parents=True, exist_ok=True)
         (directory / "passwords").chmod(0o700)
-        for role, servers in SERVERS.items():
+        for role, servers in {**SERVERS, OPS: ("amqp", "redis", "postgres")}.items():
             for server in servers:
                 path = directory / "passwords" / server / role
                 if path.exists() and role not in rotated:
@@ -110,6 +120,10 @@ def write_all(directory: Path, settings: Settings, endpoints: Endpoints, *, rota
             user = pg_role_name(role) if server == "postgres" else user_name(role)
             _write_secret(directory / role / f"{server}_url", endpoints.url(server, user, creds.of(server)[role]))
         _write_secret(directory / role / "env", role_environment(role))
+    for server, user in (("amqp", OPS_USER), ("redis", OPS_USER), ("postgres", PG_OWNER)):
+        _write_secret(directory / OPS / f"{server}_url", endpoints.url(server, user, creds.of(server)[OPS]))
+    # The servers' images read the owner's password from a file of its own.
+    _write_secret(directory / "postgres" / "owner_password", postgres[OPS])
     return creds
 
 
@@ -132,4 +146,4 @@ def _write_secret(path: Path, text: str) -> None:
     path.chmod(0o600)
 
 
-__all__ = ["SERVERS", "Credentials", "Endpoints", "role_environment", "write_all"]
+__all__ = ["OPS", "OPS_USER", "PG_OWNER", "SERVERS", "Credentials", "Endpoints", "role_environment", "write_all"]

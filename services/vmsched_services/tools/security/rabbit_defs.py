@@ -200,4 +200,23 @@ def definitions(settings: Settings, passwords: Mapping[str, str], *, roles: Iter
     }
 
 
-__all__ = ["Grant", "definitions", "grants", "password_hash", "topology", "vhost_of"]
+def operator_user(name: str, password: str) -> dict[str, Any]:
+    """The operator's RabbitMQ user: an administrator (management UI, rabbitmqctl-equivalent rights)."""
+    return {"name": name, "password_hash": password_hash(password), "hashing_algorithm": HASHING,
+            "tags": ["administrator"]}  # fmt: skip
+
+
+def operator_permissions(name: str, vhost: str) -> dict[str, Any]:
+    return {"user": name, "vhost": vhost, "configure": ".*", "write": ".*", "read": ".*"}
+
+
+__all__ = [
+    "Grant",
+    "definitions",
+    "grants",
+    "operator_permissions",
+    "operator_user",
+    "password_hash",
+    "topology",
+    "vhost_of",
+]
