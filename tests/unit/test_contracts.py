@@ -18,6 +18,7 @@ from vmsched.bus import dispatch
 from vmsched.contracts import ClusterReport, HostReport, Message, ResyncComplete, ScheduleRequest, VmReport, VmSpec
 from vmsched.contracts.base import EngineEvent
 from vmsched_services.tools.asyncapi import ALL_MODELS, EVENTS, RPCS, asyncapi, check
+from vmsched_services.tools.security.roles import ROLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -232,7 +233,12 @@ def test_the_document_lists_every_error_code_with_its_meaning() -> None:
 def test_the_document_names_every_queue_and_exchange_and_who_declares_them() -> None:
     doc = asyncapi()
     queues = {q["name"]: q for q in doc["x-vmsched-queues"]}
-    assert set(queues) == {*constants.RPC_QUEUES.values(), constants.STATE_EVENTS_QUEUE, constants.DEAD_LETTER_QUEUE}
+    assert set(queues) == {
+        *constants.RPC_QUEUES.values(),
+        constants.STATE_EVENTS_QUEUE,
+        constants.ENGINE_EVENTS_QUEUE,
+        constants.DEAD_LETTER_QUEUE,
+    }
     for queue in queues.values():
         assert queue["declaredBy"]
         assert queue["bindings"]
@@ -247,6 +253,15 @@ def test_the_document_names_every_queue_and_exchange_and_who_declares_them() -> 
     assert {*constants.RPC_EXCHANGES, constants.EVENTS_EXCHANGE, constants.DEAD_LETTER_EXCHANGE} == set(
         names["prefixedExchanges"]
     )
+
+
+def test_the_document_gives_every_role_its_permissions() -> None:
+    listed = asyncapi()["x-vmsched-roles"]
+    assert set(ROLES) <= set(listed)
+    engine = listed["engine"]
+    assert engine["configure"] == "^$"
+    assert "vmsched\\.admin" not in engine["write"]
+    assert "vmsched\\.internal" not in engine["write"]
 
 
 def test_every_message_names_its_amqp_type_and_traits() -> None:

@@ -9,7 +9,7 @@ from pydantic.json_schema import models_json_schema
 
 from vmsched import constants as c
 from vmsched.bus.codec import CONTENT_TYPE
-from vmsched_services.tools.asyncapi import channels, topology
+from vmsched_services.tools.asyncapi import channels, roles, topology
 from vmsched_services.tools.asyncapi.catalogue import ALL_MODELS
 from vmsched_services.tools.asyncapi.error_codes import error_codes
 from vmsched_services.tools.asyncapi.wire import TRAITS
@@ -39,7 +39,8 @@ def asyncapi() -> dict[str, Any]:
             "seconds or milliseconds. The wire rules are in the message traits (rpcRequest, rpcReply, event), "
             "the AMQP bindings, and these extensions: x-vmsched-names (the VMSCHED_AMQP_PREFIX rule), "
             "x-vmsched-exchanges, x-vmsched-queues (which must exist and who declares them), "
-            "x-vmsched-engine (what an engine does and must not do), x-vmsched-cluster-keyed (routing key "
+            "x-vmsched-engine (what an engine does and must not do), x-vmsched-roles (the users and their "
+            "permissions), x-vmsched-cluster-keyed (routing key "
             "and body agree on the cluster), x-vmsched-dead-letters and x-vmsched-error-codes.",
         },
         "defaultContentType": CONTENT_TYPE,
@@ -57,6 +58,7 @@ def asyncapi() -> dict[str, Any]:
         "x-vmsched-exchanges": exchange,
         "x-vmsched-queues": topology.queues(),
         "x-vmsched-engine": topology.engine(),
+        "x-vmsched-roles": roles.roles(),
         "x-vmsched-cluster-keyed": topology.cluster_keyed(),
         "x-vmsched-dead-letters": topology.dead_letters(),
         "x-vmsched-error-codes": error_codes(),

@@ -131,6 +131,22 @@ def queues() -> list[dict[str, Any]]:
     )
     out.append(
         {
+            "name": c.ENGINE_EVENTS_QUEUE,
+            "durable": True,
+            "exclusive": False,
+            "autoDelete": False,
+            "arguments": dlx_argument,
+            "x-vmsched-arguments-from": from_settings,
+            "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
+            "bindings": [{"exchange": c.EVENTS_EXCHANGE, "routingKey": k} for k in c.ENGINE_EVENTS_BINDINGS],
+            "declaredBy": "`vmsched security` definitions (an administrator), never a vmsched process",
+            "consumedBy": "the engine (VMSCHED_AMQP_EVENTS_QUEUE), one consumer per engine connection",
+            "description": "Everything vmsched tells an engine that declares nothing: it holds the events while "
+            "the engine is away.",
+        }
+    )
+    out.append(
+        {
             "name": c.DEAD_LETTER_QUEUE,
             "durable": True,
             "exclusive": False,
@@ -149,7 +165,7 @@ def queues() -> list[dict[str, Any]]:
 
 def names() -> dict[str, Any]:
     prefixed_exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
-    prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.ENGINE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
     return {
         "description": "Every exchange and queue name in this document is shown without the deployment's "
         "prefix. The prefix is the setting VMSCHED_AMQP_PREFIX (default empty; tests use one per run) and "
@@ -177,16 +193,24 @@ def engine() -> dict[str, Any]:
     return {
         "description": "What an engine (the program vmsched schedules for) must do, and must not.",
         "declares": [
-            "Nothing vmsched owns but, at most, the three exchanges of x-vmsched-exchanges, with exactly the "
-            "parameters given (durable, not auto-delete; or passively): every vmsched process declares them too.",
-            "Its own server-named, exclusive queue for the events it follows, bound on the events exchange with "
-            "the event channels' addresses ({clusterId} or * for every cluster).",
+            "Nothing, in a deployment made with `vmsched security` definitions (x-vmsched-roles): it runs as "
+            f"user vmsched-engine, without configure permission, and reads the events it follows from "
+            f"{c.ENGINE_EVENTS_QUEUE}, which the definitions bind to {', '.join(c.ENGINE_EVENTS_BINDINGS)}.",
+            "Where it may declare (development, one user for everything): at most the exchanges of "
+            "x-vmsched-exchanges, with exactly the parameters given, and its own exclusive queue for the events "
+            "it follows, bound on the events exchange with the event channels' addresses ({clusterId} or *).",
         ],
+        "identity": "Every request and event carries the AMQP user_id property, the user the sender connected "
+        "as (RabbitMQ refuses any other value): administration is authorized on it (VMSCHED_ADMIN_USERS).",
         "mustNot": [
             "Declare vmsched's named queues (x-vmsched-queues): a declaration with other arguments is refused "
             "(PRECONDITION_FAILED closes the channel), and a queue declared first without vmsched's "
             "arguments keeps the services from starting.",
             "Publish on the dead-letter exchange.",
+            "Publish decisions, migrations, power advice, HA alerts, host or cluster removals: its topic "
+            "permissions on the events exchange allow state reports and resync-complete only.",
+            "Call the internal or admin exchanges' routes (place, filter, weigh; policy.*, clusters.remove, "
+            "hosts.remove, dead-letters.requeue): its write permission is on vmsched.rpc and vmsched.events only.",
         ],
         "reports": "Publish ClusterReport, HostReport and VmReport as events (message trait `event`) on "
         "state.cluster.<cluster>, state.host.<cluster> and state.vm.<cluster>. The state tracker applies them "
