@@ -110,10 +110,13 @@ def write_all(directory: Path, settings: Settings, endpoints: Endpoints, *, rota
     directory.chmod(0o700)
     creds = Credentials.load(directory, rotate=rotate)
     amqp, redis, postgres = creds.of("amqp"), creds.of("redis"), creds.of("postgres")
-    _write_secret(
-        directory / "rabbitmq" / "definitions.json", json.dumps(rabbit_defs.definitions(settings, amqp), indent=2)
-    )
-    _write_secret(directory / "redis" / "users.acl", redis_acl.aclfile(redis_acl.users(redis, settings.redis_prefix)))
+    definitions = rabbit_defs.definitions(settings, amqp)
+    definitions["users"].append(rabbit_defs.operator_user(OPS_USER, amqp[OPS]))
+    definitions["permissions"].append(rabbit_defs.operator_permissions(OPS_USER, rabbit_defs.vhost_of(settings)))
+    _write_secret(directory / "rabbitmq" / "definitions.json", json.dumps(definitions, indent=2))
+    acl = redis_acl.aclfile(redis_acl.users(redis, settings.redis_prefix))
+    ops_line = f"user {OPS_USER} on #{redis_acl.password_hash(redis[OPS])} ~* &* +@all\n"
+    _write_secret(directory / "redis" / "users.acl", ops_line + acl)
     _write_secret(directory / "postgres" / "roles.sql", postgres_roles.roles_sql(postgres, database=endpoints.database))
     for role, servers in SERVERS.items():
         for server in servers:
