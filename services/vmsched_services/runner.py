@@ -41,7 +41,7 @@ async def run(
     label = names[0] if len(names) == 1 else "all"
     configure(settings.log_level, settings.log_format, service=label)
     set_cluster_label_limit(settings.metrics_cluster_labels)
-    health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s)
+    health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s, host=settings.metrics_host)
     # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
     units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
     stop = stop or asyncio.Event()

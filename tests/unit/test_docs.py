@@ -155,6 +155,7 @@ def test_vmsched_commands_exist(page: Page) -> None:
 def test_settings_exist(page: Page) -> None:
     prefix = str(Settings.model_config.get("env_prefix", "")).upper()
     known = {prefix + name.upper() for name in Settings.model_fields}
+    known |= {name + "_FILE" for name in known}  # every setting can be read from a file (VariableFileSource)
     known |= set(_SETTING.findall(_help(())[1]))  # what `vmsched --help` documents (VMSCHED_DEBUG)
     named = ((page.where(page.text, m.start()), m.group()) for m in _SETTING.finditer(page.text))
     unknown = [f"{where}: {name}" for where, name in named if name not in known]

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from vmsched.logging import get_logger
+from vmsched.logging import SECRETS, get_logger
 
 log = get_logger("vmsched.health")
 
@@ -65,7 +65,8 @@ def _error_text(exc: BaseException) -> str:
     except Exception:
         text = ""
     text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text[:ERROR_TEXT_LIMIT]
+    # /readyz is read by anyone who reaches the port: a driver's message never shows a credential.
+    return SECRETS.mask(text)[:ERROR_TEXT_LIMIT]
 
 
 async def run_checks(checks: Mapping[str, Check], timeout_s: float) -> dict[str, dict[str, Any]]:
@@ -216,7 +217,7 @@ class MetricsServers:
     def __init__(self) -> None:
         self._by_port: dict[int, MetricsServer] = {}
 
-    def serve(self, port: int, *, timeout_s: float = 1.0, host: str = "") -> Health | None:
+    def serve(self, port: int, *, timeout_s: float = 1.0, host: str = "127.0.0.1") -> Health | None:
         """The Health of the server on `port`, started on first use (None when port is 0: disabled)."""
         if not port:
             return None
@@ -239,8 +240,9 @@ class MetricsServers:
 SERVERS = MetricsServers()
 
 
-def serve(port: int, *, timeout_s: float = 1.0, host: str = "") -> Health | None:
-    """Serve /metrics, /healthz and /readyz on `port` (all interfaces), once per port per process;
+def serve(port: int, *, timeout_s: float = 1.0, host: str = "127.0.0.1") -> Health | None:
+    """Serve /metrics, /healthz and /readyz on `host`:`port` (VMSCHED_METRICS_HOST, loopback unless
+    set: "" or 0.0.0.0 is every interface), once per port per process;
     its Health (None when port is 0: disabled). A second run in the process reuses the server."""
     return SERVERS.serve(port, timeout_s=timeout_s, host=host)
 

@@ -1,10 +1,18 @@
-"""structlog configured once per process: JSON lines (or console), request ids bound per message."""
+"""structlog configured once per process: JSON lines (or console), request ids bound per message.
+
+Every line, ours and the client libraries', goes last through `mask_secrets`, which replaces the
+process's secrets (SECRETS) wherever they appear in its values: whatever a message or an exception
+quotes, a password the process was configured with never reaches its log.
+"""
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
-from typing import cast
+import threading
+from collections.abc import Iterable, MutableMapping
+from typing import Any, cast
 
 import structlog
 
@@ -25,6 +33,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            mask_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
@@ -43,6 +52,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
             processors=[
                 structlog.stdlib.ProcessorFormatter.remove_processors_meta,
                 structlog.processors.format_exc_info,
+                mask_secrets,
                 renderer,
             ],
             foreign_pre_chain=[
@@ -88,3 +98,76 @@ def _one_line_client_errors(record: logging.LogRecord) -> bool:
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(name))
+
+
+# ---------------------------------------------------------------- secrets kept out of the logs
+#: What a secret is replaced with.
+MASK = "***"
+#: Shorter values are not masked: replacing every "ab" of every line would garble the log and hide
+#: nothing worth hiding (such a password is no protection anyway).
+MIN_SECRET_LENGTH = 4
+
+
+class SecretRegistry:
+    """The values this process must never write: masked by `mask_secrets` in every log line, and by
+    `mask` in whatever else the process prints (a command's error messages, /readyz's errors).
+
+    The process has one, SECRETS, owned by this module. Its one feeder is
+    vmsched_services.tools.clikit.settings(), which every `vmsched` command and service process
+    (`vmsched run`, `vmsched up`) gets its Settings from: it adds Settings.secret_values(). A program
+    that builds Settings itself (an engine embedding the client) adds them with `SECRETS.add`.
+    Values are only ever added (a process never forgets a credential it was given).
+    """
+
+    def __init__(self) -> None:
+        self._values: frozenset[str] = frozenset()
+        self._pattern: re.Pattern[str] | None = None
+        self._lock = threading.Lock()  # the metrics server's threads mask too
+
+    def add(self, values: Iterable[str]) -> None:
+        with self._lock:
+            values = self._values | {v for v in values if len(v) >= MIN_SECRET_LENGTH}
+            if values != self._values:
+                # Longest first: a secret that contains another is masked whole.
+                ordered = sorted(values, key=len, reverse=True)
+                self._pattern = re.compile("|".join(re.escape(v) for v in ordered))
+                self._values = frozenset(values)
+
+    def clear(self) -> None:
+        """Forget every value (tests)."""
+        with self._lock:
+            self._values, self._pattern = frozenset(), None
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def mask(self, text: str) -> str:
+        """`text` with every secret replaced by MASK."""
+        pattern = self._pattern
+        return text if pattern is None else pattern.sub(MASK, text)
+
+    def masked(self, value: Any) -> Any:
+        """`value` with the secrets masked: inside strings, containers and mapping keys; any other
+        object whose repr (what the renderers write for it) holds a secret becomes its masked repr."""
+        if isinstance(value, str):
+            return self.mask(value)
+        if value is None or isinstance(value, bool | int | float):
+            return value
+        if isinstance(value, dict):
+            return {self.masked(k): self.masked(v) for k, v in value.items()}
+        if isinstance(value, list | tuple | set | frozenset):
+            return [self.masked(v) for v in value]
+        text = repr(value)
+        hidden = self.mask(text)
+        return value if hidden == text else hidden
+
+
+#: The process's one registry (see SecretRegistry for who feeds it).
+SECRETS = SecretRegistry()
+
+
+def mask_secrets(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor, the last before the renderer: every value with the secrets masked."""
+    if not SECRETS:
+        return event_dict
+    return {SECRETS.mask(k): SECRETS.masked(v) for k, v in event_dict.items()}

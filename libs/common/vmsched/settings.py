@@ -1,14 +1,18 @@
-"""Configuration from the environment: every field is `VMSCHED_<NAME>` (e.g. VMSCHED_AMQP_URL)."""
+"""Configuration from the environment: every field is `VMSCHED_<NAME>` (e.g. VMSCHED_AMQP_URL), or the
+contents of the file `VMSCHED_<NAME>_FILE` names (secrets as Docker and Kubernetes mount them)."""
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Literal
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, Literal
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 #: The schemes each server URL may have, and what a right URL looks like (for the message).
 URL_FORMS: dict[str, tuple[tuple[str, ...], str]] = {
@@ -262,3 +266,163 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     #: "json" for structlog JSON lines, "console" for a human.
     log_format: str = "json"
+    #: Address the metrics and health endpoint listens on (with metrics_port set): loopback by
+    #: default, so only the host's own scraper and health checks reach it; 0.0.0.0 (every interface)
+    #: for a Prometheus or a health check in another container or on another host.
+    metrics_host: str = "127.0.0.1"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # After the environment: a setting given both ways is refused (VariableFileSource), so the
+        # order only ranks the two under the constructor's keyword arguments.
+        return init_settings, env_settings, VariableFileSource(settings_cls), dotenv_settings, file_secret_settings
+
+    def secret_values(self) -> frozenset[str]:
+        """The credentials these settings hold (passwords of the URLs, the secret fields), as they are
+        and as written in a URL, less those of the built-in defaults (guest's password is no secret):
+        what vmsched.logging masks wherever it appears in a log line."""
+        return _secrets_of(self) - _secrets_of(_DEFAULTS)
+
+    def __repr_args__(self) -> Iterator[tuple[str | None, Any]]:
+        # repr() and str() name a URL without its password and show a secret field as set or not:
+        # a Settings in a log line, an error or a debugger's output gives nothing away.
+        for name, value in super().__repr_args__():
+            yield name, _hidden(name, value) if isinstance(name, str) and isinstance(value, str) else value
+
+
+# ---------------------------------------------------------------- secrets
+#: A field holding a secret whole (a password, a token); any later field so named is covered too.
+_SECRET_WORDS = ("password", "secret", "token", "passphrase")
+#: Query parameters of a server URL that carry a password (redis-py and asyncpg read them).
+_PASSWORD_PARAMS = frozenset({"password", "sslpassword"})
+_PASSWORD_QUERY = re.compile(r"(?i)(^|&)(password|sslpassword)=[^&]*")
+
+
+def is_secret_field(name: str) -> bool:
+    """A setting whose whole value is a secret (hidden entirely, not just a URL's password)."""
+    return any(word in name for word in _SECRET_WORDS)
+
+
+def is_url_field(name: str) -> bool:
+    """A setting holding server URLs (comma-separated for `_urls`), whose passwords are secret."""
+    return name.endswith(("_url", "_urls"))
+
+
+def url_passwords(urls: str) -> set[str]:
+    """The passwords in comma-separated URLs: user-info and password query parameters, each as written
+    (percent-encoded) and decoded."""
+    found: set[str] = set()
+    for url in (u.strip() for u in urls.split(",")):
+        try:
+            parts = urlsplit(url)
+            raw = [parts.password] if parts.password else []
+        except ValueError:  # not a URL: the whole of it may be anything, a password too
+            found.add(url)
+            continue
+        raw += [v for k, vs in parse_qs(parts.query).items() if k.lower() in _PASSWORD_PARAMS for v in vs]
+        for value in raw:
+            found |= {value, unquote(value)}
+    return {v for v in found if v}
+
+
+def redacted_url(urls: str) -> str:
+    """Comma-separated URLs with every password (user-info, password query parameters) replaced by
+    `***`; user, host, port, path and the other parameters kept."""
+    return ",".join(_redacted_one(url) for url in urls.split(","))
+
+
+def _redacted_one(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, hostport = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}:***@{hostport}"
+    except ValueError:  # not a URL: it may be anything, a password too
+        return "***"
+    query = _PASSWORD_QUERY.sub(r"\1\2=***", parts.query)
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _hidden(name: str, value: str) -> str:
+    if is_secret_field(name):
+        return "***" if value else ""
+    return redacted_url(value) if is_url_field(name) else value
+
+
+def _secrets_of(settings: BaseSettings) -> frozenset[str]:
+    found: set[str] = set()
+    for name in type(settings).model_fields:
+        value = getattr(settings, name)
+        if not isinstance(value, str) or not value:
+            continue
+        if is_secret_field(name):
+            found.add(value)
+        elif is_url_field(name):
+            found |= url_passwords(value)
+    return frozenset(found)
+
+
+# ---------------------------------------------------------------- VMSCHED_<NAME>_FILE
+class SettingsFileError(ValueError):
+    """A VMSCHED_<NAME>_FILE that cannot be used: the message names the variable and the path, never
+    what the file holds."""
+
+
+class VariableFileSource(PydanticBaseSettingsSource):
+    """Each setting read from the file `VMSCHED_<NAME>_FILE` names, as Docker and Kubernetes mount
+    secrets (`/run/secrets/...`): the file's text less its trailing newline. Refused
+    (SettingsFileError) when `VMSCHED_<NAME>` is set as well, or the file cannot be read."""
+
+    SUFFIX = "_FILE"
+
+    def __init__(self, settings_cls: type[BaseSettings], environ: Mapping[str, str] | None = None) -> None:
+        super().__init__(settings_cls)
+        self.prefix = str(settings_cls.model_config.get("env_prefix", "")).upper()
+        # Matched without regard to case, as pydantic-settings matches VMSCHED_<NAME> itself.
+        env = os.environ if environ is None else environ
+        self.environ = {k.upper(): v for k, v in env.items()}
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        variable = f"{self.prefix}{field_name.upper()}"
+        path = self.environ.get(variable + self.SUFFIX)
+        if path is None:
+            return None, field_name, False
+        if variable in self.environ:
+            raise SettingsFileError(
+                f"both {variable} and {variable}{self.SUFFIX} are set; set only one (the file for a secret)"
+            )
+        return _read_value(variable + self.SUFFIX, path), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values: dict[str, Any] = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                values[key] = value
+        return values
+
+
+def _read_value(variable: str, path: str) -> str:
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        # strerror only: the exception's own text is fine, but says nothing more.
+        raise SettingsFileError(f"{variable}: cannot read {path}: {exc.strerror or type(exc).__name__}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:  # its message quotes a byte of the file
+        raise SettingsFileError(f"{variable}: {path} is not UTF-8 text") from None
+    # `echo secret > file` and editors end the file with a newline that is not part of the value.
+    return text.rstrip("\r\n")
+
+
+#: The built-in defaults (no environment read), whose credentials are public.
+_DEFAULTS = Settings.model_construct()

@@ -70,7 +70,7 @@ from vmsched_services.tools.clikit import (
     HelpFormatter,
     debug_requested,
 )
-from vmsched_services.tools.failures import explain_failure, report_unexpected, stdout_gone
+from vmsched_services.tools.failures import explain_failure, masked, print_error, report_unexpected, stdout_gone
 
 __all__ = [
     "EXIT_BROKEN_PIPE",
@@ -170,11 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if failure is None:
             report_unexpected(exc, debug)
             return EXIT_ERROR
-        print(f"vmsched: {failure.message}", file=sys.stderr)
+        print_error(f"vmsched: {failure.message}")
         if failure.hint:
-            print(f"  {failure.hint}", file=sys.stderr)
+            print_error(f"  {failure.hint}")
         if debug:
-            traceback.print_exception(exc, file=sys.stderr)
+            print(masked("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
         return failure.code
 
 

@@ -47,16 +47,26 @@ def exit_code(exc: CommandError) -> int:
 
 
 def settings() -> Settings:
-    """The settings from the environment; a value that does not validate is a usage error naming its variable."""
+    """The settings from the environment (VMSCHED_<NAME> or VMSCHED_<NAME>_FILE); a value that does not
+    validate, or a file that cannot be read, is a usage error naming its variable.
+
+    The one feeder of the process's secret registry (vmsched.logging.SECRETS): every command and
+    service process gets its Settings here, so its credentials are masked in whatever it logs or prints.
+    """
     from pydantic import ValidationError
 
-    from vmsched.settings import Settings
+    from vmsched.logging import SECRETS
+    from vmsched.settings import Settings, SettingsFileError
 
     try:
-        return Settings()
+        found = Settings()
+    except SettingsFileError as exc:
+        raise UsageError(str(exc), hint="fix the file or the variable (docs/operating.md, Settings)") from None
     except ValidationError as exc:
         problems = "; ".join(_setting_problem(e["loc"], e["msg"]) for e in exc.errors())
         raise UsageError(f"invalid setting: {problems}", hint="fix or unset the variable") from None
+    SECRETS.add(found.secret_values())
+    return found
 
 
 def _setting_problem(loc: tuple[int | str, ...], msg: str) -> str:

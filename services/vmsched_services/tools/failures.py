@@ -170,19 +170,33 @@ def explain_failure(exc: BaseException, needs: str | None = None, cluster: str |
     return None
 
 
+def masked(text: str) -> str:
+    """`text` without the process's secrets (vmsched.logging.SECRETS), for whatever a command prints
+    or writes beside its output. Only once the registry is loaded: it is empty before (clikit.settings
+    loads and fills it), and `vmsched --help` must not load structlog."""
+    logging_module = sys.modules.get("vmsched.logging")
+    return text if logging_module is None else str(logging_module.SECRETS.mask(text))
+
+
+def print_error(text: str) -> None:
+    """One message on stderr, secrets masked: every failure `vmsched` reports goes out through here."""
+    print(masked(text), file=sys.stderr)
+
+
 def report_unexpected(exc: BaseException, debug: bool) -> None:
     """One line with a reference, the traceback in a file named by it (and on stderr with --debug)."""
     ref = uuid.uuid4().hex[:8]
     where = None
+    trace = masked("".join(traceback.format_exception(exc)))
     try:
         path = Path(tempfile.gettempdir()) / f"vmsched-error-{ref}.txt"
-        path.write_text("".join(traceback.format_exception(exc)))
+        path.write_text(trace)
         where = str(path)
     except OSError:
         pass
-    print(f"vmsched: unexpected error (reference {ref}): {type(exc).__name__}: {exc}", file=sys.stderr)
+    print_error(f"vmsched: unexpected error (reference {ref}): {type(exc).__name__}: {exc}")
     if debug:
-        traceback.print_exception(exc, file=sys.stderr)
+        print(trace, end="", file=sys.stderr)
     else:
         saved = f"the traceback is in {where}; " if where else ""
         print(f"  {saved}--debug (or {DEBUG_ENV}=1) prints it; please report it", file=sys.stderr)
@@ -209,6 +223,8 @@ __all__ = [
     "START_HINTS",
     "Failure",
     "explain_failure",
+    "masked",
+    "print_error",
     "remote_failure",
     "remote_hint",
     "report_unexpected",

@@ -27,10 +27,10 @@ from vmsched_services.tools.inputs import POLICY_CAP, byte_size, human
 
 
 def _run(name: str, args: argparse.Namespace) -> int:
-    from vmsched.settings import Settings
+    from vmsched_services.tools.clikit import settings
     from vmsched_services.tools.policy_commands import COMMANDS, run
 
-    return run(COMMANDS[name], args, Settings())
+    return run(COMMANDS[name], args, settings())
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
