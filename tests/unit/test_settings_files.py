@@ -9,10 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from vmsched.health import MetricsServers
 from vmsched.logging import SECRETS
 from vmsched.settings import Settings, SettingsFileError, VariableFileSource, redacted_url, url_passwords
 from vmsched_services.tools.cli import main
 from vmsched_services.tools.clikit import EXIT_USAGE, settings
+from vmsched_services.tools.servers.base import free_port
 
 PASSWORD = "s3cret-unit-Xq7"
 
@@ -135,3 +137,10 @@ def test_the_metrics_endpoint_listens_on_loopback_unless_told(env: pytest.Monkey
     assert Settings().metrics_host == "127.0.0.1"
     env.setenv("VMSCHED_METRICS_HOST", "0.0.0.0")
     assert Settings().metrics_host == "0.0.0.0"
+    servers = MetricsServers()
+    try:
+        servers.serve(free_port())
+        servers.serve(free_port(), host="0.0.0.0")
+        assert sorted(s.server_address[0] for s in servers._by_port.values()) == ["0.0.0.0", "127.0.0.1"]
+    finally:
+        servers.reset()

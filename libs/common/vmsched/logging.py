@@ -112,10 +112,11 @@ class SecretRegistry:
     """The values this process must never write: masked by `mask_secrets` in every log line, and by
     `mask` in whatever else the process prints (a command's error messages, /readyz's errors).
 
-    The process has one, SECRETS, owned by this module. Its one feeder is
+    The process has one, SECRETS, owned by this module. It is fed by
     vmsched_services.tools.clikit.settings(), which every `vmsched` command and service process
-    (`vmsched run`, `vmsched up`) gets its Settings from: it adds Settings.secret_values(). A program
-    that builds Settings itself (an engine embedding the client) adds them with `SECRETS.add`.
+    (`vmsched run`, `vmsched up`) gets its Settings from: it adds Settings.secret_values() (and by
+    `vmsched db migrate --dsn`, with the password of its URL). A program that builds Settings
+    itself (an engine embedding the client) adds them with `SECRETS.add`.
     Values are only ever added (a process never forgets a credential it was given).
     """
 

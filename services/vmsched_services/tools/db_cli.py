@@ -10,9 +10,13 @@ from vmsched_services.tools.clikit import EXIT_OK, SubParsers, command, env_help
 
 def cmd_db_migrate(args: argparse.Namespace) -> int:
     from vmsched.db import migrate
+    from vmsched.logging import SECRETS
     from vmsched.reach import TlsFiles
+    from vmsched.settings import url_passwords
 
     cfg = settings()
+    if args.dsn:  # a password given on the command line is as secret as one in the environment
+        SECRETS.add(url_passwords(args.dsn))
     applied = asyncio.run(migrate(args.dsn or cfg.postgres_url, tls=TlsFiles.of(cfg, "postgres")))
     print(f"applied {len(applied)} migration(s){': ' + ', '.join(applied) if applied else ''}; schema up to date")
     return EXIT_OK

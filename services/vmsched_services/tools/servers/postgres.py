@@ -1,5 +1,6 @@
-"""A private PostgreSQL: `initdb` (trust authentication) into a directory of its own, then `postgres`
-on a free loopback port, for the experiments and tests that stop PostgreSQL under running services.
+"""A private PostgreSQL: `initdb` (trust authentication, or with `password` scram-sha-256 over TCP)
+into a directory of its own, then `postgres` on a free loopback port, for the experiments and tests
+that stop PostgreSQL under running services or need password logins.
 
 PostgreSQL refuses to run as root, so under root the cluster's files belong to the `postgres` user
 and both programs run as that user. Its files live in a directory of their own under the system's
@@ -20,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import asyncpg
 
@@ -34,8 +36,12 @@ PG_USER = "postgres"
 class PrivatePostgres(PrivateServer):
     name = "postgres"
 
-    def __init__(self, directory: Path, port: int | None = None, *, tls: TlsListener | None = None) -> None:
+    def __init__(
+        self, directory: Path, port: int | None = None, *, tls: TlsListener | None = None, password: str | None = None
+    ) -> None:
         super().__init__(directory, port)
+        #: The password of PG_USER, asked for over TCP (scram-sha-256); the Unix socket stays trusted.
+        self.password = password
         self.home = Path(tempfile.mkdtemp(prefix="vmsched-pg-"))
         self.data = self.home / "data"
         self._owner = pwd.getpwnam(PG_USER) if os.geteuid() == 0 else None
@@ -49,8 +55,13 @@ class PrivatePostgres(PrivateServer):
     def dsn(self) -> str:
         """The URL of database `vmsched` on this server (created by `vmsched db migrate` / migrate());
         with TLS, sslmode=verify-full."""
+        return self.url("vmsched")
+
+    def url(self, database: str) -> str:
+        """The URL of `database` on this server, with the password if it has one."""
+        auth = f"{PG_USER}:{quote(self.password, safe='')}" if self.password is not None else PG_USER
         tls = "?sslmode=verify-full" if self.tls is not None else ""
-        return f"postgresql://{PG_USER}@127.0.0.1:{self.port}/vmsched{tls}"
+        return f"postgresql://{auth}@127.0.0.1:{self.port}/{database}{tls}"
 
     def _as_owner(self) -> dict[str, Any]:
         if self._owner is None:
@@ -58,12 +69,20 @@ class PrivatePostgres(PrivateServer):
         return {"user": self._owner.pw_uid, "group": self._owner.pw_gid, "extra_groups": []}
 
     def initdb(self) -> None:
-        """Create the cluster's files (once): trust authentication, no fsync (it is thrown away)."""
+        """Create the cluster's files (once): trust authentication, or with a password scram-sha-256
+        over TCP; no fsync (it is thrown away)."""
         if (self.data / "PG_VERSION").exists():
             return
+        auth = ["-A", "trust"]
+        if self.password is not None:
+            pwfile = self.home / "pwfile"
+            pwfile.write_text(self.password + "\n")
+            if self._owner is not None:
+                os.chown(pwfile, self._owner.pw_uid, self._owner.pw_gid)
+            auth = ["--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"]
         with self.log_path.open("ab") as log:
             subprocess.run(
-                [str(BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", PG_USER, "--no-sync"],
+                [str(BIN / "initdb"), "-D", str(self.data), *auth, "-U", PG_USER, "--no-sync"],
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.home,
@@ -102,7 +121,8 @@ class PrivatePostgres(PrivateServer):
             shutil.copyfile(source, tls / name)
         (tls / "server.key").chmod(0o600)
         client = " clientcert=verify-ca" if self.tls.client_cert_required else ""
-        (tls / "pg_hba.conf").write_text(f"local all all trust\nhostssl all all 127.0.0.1/32 trust{client}\n")
+        method = "scram-sha-256" if self.password is not None else "trust"
+        (tls / "pg_hba.conf").write_text(f"local all all trust\nhostssl all all 127.0.0.1/32 {method}{client}\n")
         if self._owner is not None:
             for path in (tls, *tls.iterdir()):
                 os.chown(path, self._owner.pw_uid, self._owner.pw_gid)

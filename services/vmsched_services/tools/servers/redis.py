@@ -99,7 +99,7 @@ class PrivateRedis(PrivateServer):
         return f"{scheme}://{auth}127.0.0.1:{self.port}/0"
 
     def client(self) -> aioredis.Redis:
-        return aioredis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0)
+        return aioredis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2.0, password=self.password)
 
     async def info(self, section: str) -> dict[str, Any]:
         client = self.client()
