@@ -69,10 +69,14 @@ def cmd_security_print(args: argparse.Namespace) -> int:
 
 
 def cmd_security_apply(args: argparse.Namespace) -> int:
+    from vmsched.logging import SECRETS
     from vmsched_services.tools.security import apply
     from vmsched_services.tools.security.credentials import Credentials
 
     d = _directory(args.dir)
+    creds = Credentials.load(d)
+    for by_role in creds.passwords.values():
+        SECRETS.add(by_role.values())
     if not (args.rabbitmq_node or args.rabbitmq_api or args.redis or args.postgres):
         raise UsageError("name what to apply: --rabbitmq-node/--rabbitmq-api, --redis, --postgres")
     cfg = settings()
@@ -81,11 +85,13 @@ def cmd_security_apply(args: argparse.Namespace) -> int:
         asyncio.run(apply.rabbitmq_with_ctl(definitions, apply.local_rabbitmqctl(args.rabbitmq_node)))
         print(f"RabbitMQ node {args.rabbitmq_node}: users {apply.summary(definitions)}")
     if args.rabbitmq_api:
+        if not args.rabbitmq_api_password_file:
+            raise UsageError("--rabbitmq-api needs --rabbitmq-api-password-file (the administrator's password)")
         password = Path(args.rabbitmq_api_password_file).read_text(encoding="utf-8").strip()
+        SECRETS.add([password])
         print(apply.rabbitmq_with_api(definitions, args.rabbitmq_api, args.rabbitmq_api_user, password))
     if args.redis:
-        passwords = Credentials.load(d).of("redis")
-        count = asyncio.run(apply.redis_users(cfg, passwords, disable_default=args.disable_default_redis_user))
+        count = asyncio.run(apply.redis_users(cfg, creds.of("redis"), disable_default=args.disable_default_redis_user))
         print(f"Redis: {count} ACL users set")
     if args.postgres:
         asyncio.run(apply.postgres_roles(cfg.postgres_url, d / PRINTABLE["postgres"]))
@@ -104,7 +110,7 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         description="Generate (or complete: existing passwords are kept) a credentials directory. Every file "
         "is readable by you only. docs/security.md says what each role may do.",
     )
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("dir", metavar="DIR", help="the credentials directory (created 0700 if missing)")
     s.add_argument("--amqp", type=_host_port, default="127.0.0.1:5672", help="RabbitMQ as the roles reach it")
     s.add_argument("--redis", type=_host_port, default="127.0.0.1:6379", help="Redis as the roles reach it")
     s.add_argument("--postgres", type=_host_port, default="127.0.0.1:5432", help="PostgreSQL as the roles reach it")
@@ -120,11 +126,11 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     s.add_argument("--rotate", action="append", metavar="ROLE", help="new passwords for ROLE (repeatable)")
 
     s = command(sec, "print", "print one server's definitions (passwords hashed)", cmd_security_print)
-    s.add_argument("server", choices=sorted(PRINTABLE))
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("server", choices=sorted(PRINTABLE), help="which server's definitions")
+    s.add_argument("dir", metavar="DIR", help="the credentials directory (vmsched security init DIR)")
 
     s = command(sec, "apply", "apply a credentials directory's definitions to running servers", cmd_security_apply)
-    s.add_argument("dir", metavar="DIR")
+    s.add_argument("dir", metavar="DIR", help="the credentials directory (vmsched security init DIR)")
     s.add_argument("--rabbitmq-node", metavar="NODE", help="import into this node with rabbitmqctl (rabbit@host)")
     s.add_argument("--rabbitmq-api", metavar="URL", help="import through the management API (http://host:15672)")
     s.add_argument("--rabbitmq-api-user", default="admin", help="the management API's administrator")
