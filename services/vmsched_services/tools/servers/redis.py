@@ -45,8 +45,11 @@ class PrivateRedis(PrivateServer):
         cluster_node_timeout_ms: int | None = None,
         tls: TlsListener | None = None,
         password: str | None = None,
+        aclfile: Path | None = None,
     ) -> None:
         super().__init__(directory, port)
+        #: The users (`aclfile` in redis.conf), e.g. what `vmsched security init` generated.
+        self.aclfile = aclfile
         self.aof = aof
         self.replica_of = replica_of
         self.cluster_node_timeout_ms = cluster_node_timeout_ms
@@ -76,6 +79,8 @@ class PrivateRedis(PrivateServer):
             cmd += ["--tls-auth-clients", "yes" if self.tls.client_cert_required else "no"]
         if self.password is not None:
             cmd += ["--requirepass", self.password]
+        if self.aclfile is not None:
+            cmd += ["--aclfile", str(self.aclfile)]
         if self.replica_of is not None:
             cmd += ["--replicaof", "127.0.0.1", str(self.replica_of)]
         if self.cluster_node_timeout_ms is not None:
