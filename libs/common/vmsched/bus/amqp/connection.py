@@ -104,6 +104,12 @@ class BrokerLink:
         self._renewing: asyncio.Task[None] | None = None
         self._renewed_at = float("-inf")
 
+    @property
+    def user(self) -> str:
+        """The user this link connects as (aio-pika's default: guest): what every message it
+        publishes names as its AMQP user_id, which the broker checks."""
+        return URL(self.settings.amqp_url).user or "guest"
+
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
         return f"{self.settings.amqp_prefix}{raw}"

@@ -49,6 +49,7 @@ class Events:
                         content_type=CONTENT_TYPE,
                         type=type_name(event),
                         message_id=message_id,
+                        user_id=self.link.user,
                         delivery_mode=DeliveryMode.PERSISTENT if persistent else DeliveryMode.NOT_PERSISTENT,
                     ),
                     routing_key=routing_key,

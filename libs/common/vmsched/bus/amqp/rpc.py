@@ -192,6 +192,7 @@ class RpcClient:
             expiration=remaining,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
             headers={HEADER_DEADLINE: int((time.time() + remaining) * 1000)},
+            user_id=self.link.user,
         )
         try:
             async with asyncio.timeout_at(deadline):
