@@ -68,6 +68,9 @@ async def settings(run_id: str, server_urls: servers.Servers) -> AsyncIterator[S
 def _settings(run_id: str, server_urls: servers.Servers) -> Settings:
     return Settings(
         amqp_url=server_urls.amqp_url,
+        # The tests' own user administers (policies, removals, requeues): on the shared broker, the
+        # only user there is. tests/integration/test_authorization.py varies the identity.
+        admin_users=f"vmsched-admin,{servers.amqp_user(server_urls.amqp_url)}",
         redis_url=_with_path(server_urls.redis_url, f"/{TEST_REDIS_DB}"),
         postgres_url=_with_path(server_urls.postgres_url, f"/vmsched_test_{run_id}"),
         amqp_prefix=f"test-{run_id}.",

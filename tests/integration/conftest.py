@@ -28,6 +28,7 @@ import aiormq
 import pytest
 import redis.asyncio as aioredis
 
+from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.bus.amqp import work_queue_arguments
@@ -54,10 +55,12 @@ class Buses:
     kind: str
     broker: MemoryBroker | None = None
 
-    def __call__(self, settings: Settings, service: str) -> Bus:
+    def __call__(self, settings: Settings, service: str, *, user_id: str | None = None) -> Bus:
+        """A bus for `service`; on the memory broker its messages name `user_id` as their sender
+        (default: the user of settings.amqp_url, as RabbitMQ vouches for the user a bus connects as)."""
         if self.broker is None:
             return connect(settings, service)
-        return MemoryBus(settings, self.broker, service=service)
+        return MemoryBus(settings, self.broker, service=service, user_id=user_id or amqp_user(settings.amqp_url))
 
     async def runtime(self, settings: Settings, service: str) -> Runtime:
         """A Runtime of its own (a second selector, a balancer the test drives) on this bus."""

@@ -102,7 +102,13 @@ class MemoryBroker:
             del self.queues[queue.name]
 
     async def request(
-        self, route: str, body: bytes, *, headers: dict[str, Any] | None = None, timeout: float = 10.0
+        self,
+        route: str,
+        body: bytes,
+        *,
+        headers: dict[str, Any] | None = None,
+        timeout: float = 10.0,
+        user_id: str | None = None,
     ) -> tuple[bytes, bool]:
         """Put `body` on `route` as a request; return (reply body, is an ErrorReply). RpcTimeout if none comes."""
         q = self.routes.get(route)
@@ -122,6 +128,7 @@ class MemoryBroker:
             exchange=c.RPC_EXCHANGE,
             reply_to="memory",
             correlation_id=uuid.uuid4().hex,
+            user_id=user_id,
         )
         # Like a broker, the request stays queued after a caller that stopped waiting (its deadline drops it).
         q.messages.put_nowait(_Message(delivery, reply))
@@ -243,8 +250,18 @@ class _Consumer(Subscription):
 
 
 class MemoryBus(Bus):
-    def __init__(self, settings: Settings, broker: MemoryBroker | None = None, service: str = "client") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        broker: MemoryBroker | None = None,
+        service: str = "client",
+        *,
+        user_id: str | None = None,
+    ) -> None:
         self.settings = settings
+        #: Stamped on every request and event this bus sends, as the AMQP user_id property RabbitMQ
+        #: vouches for (None: none, as a sender that sets none); tests vary it to test authorization.
+        self.user_id = user_id
         self.broker = broker or MemoryBroker()
         self.service = service
         self.dispatcher = Dispatcher(settings, service)
@@ -272,6 +289,7 @@ class MemoryBus(Bus):
             encode(request),
             headers={HEADER_DEADLINE: int((time.time() + timeout) * 1000)},
             timeout=timeout,
+            user_id=self.user_id,
         )
         if is_error:
             err = decode(body, ErrorReply)
@@ -308,6 +326,7 @@ class MemoryBus(Bus):
                     headers=headers or {},
                     type=type_,
                     exchange=c.EVENTS_EXCHANGE,
+                    user_id=self.user_id,
                 )
             ),
         )
@@ -392,6 +411,7 @@ class MemoryBus(Bus):
             headers=headers,
             type=dl.type,
             exchange=dl.exchange or "",
+            user_id=self.user_id,
         )
         queue.messages.put_nowait(_Message(delivery))
         return True
