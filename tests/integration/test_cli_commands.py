@@ -50,7 +50,7 @@ class Result:
 async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
     await migrate(database)
     cfg = settings.model_copy(update={"postgres_url": database, "ha_interval_s": 3600.0})
-    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "ha-monitor"):
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "ha-monitor", "policy-admin"):
         yield cfg
 
 

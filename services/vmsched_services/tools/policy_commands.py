@@ -20,6 +20,7 @@ from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.settings import Settings
+from vmsched_services.tools.failures import remote_hint
 
 #: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
 #: (the service said why). A server that does not answer is told by the command's error boundary.
@@ -239,7 +240,7 @@ async def _history(args: argparse.Namespace, admin: PolicyClient) -> int:
     history = await admin.history(args.name)
     older = None
     for v in reversed(history.versions):
-        print(f"version {v.version}  {v.stored_at:%Y-%m-%d %H:%M:%S %Z}")
+        print(f"version {v.version}  {v.stored_at:%Y-%m-%d %H:%M:%S %Z}  by {v.author or 'unknown'}")
         for line in diff(older, v.document):
             print(f"    {line}")
         older = v.document
@@ -275,6 +276,8 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         return BAD_INPUT
     except RemoteError as exc:
         _say(f"vmsched policy: {exc.remote_code}: {exc}")
+        if exc.remote_code == "not_authorized":
+            _say(f"  {remote_hint(exc.remote_code)}")
         return REFUSED
 
 
