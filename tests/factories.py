@@ -21,11 +21,12 @@ reserved memory, so arithmetic in tests stays obvious); override only what a tes
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vmsched.contracts import (
     ClusterReport,
@@ -220,3 +221,22 @@ def reasons(hosts: HostTable, verdict: FilterVerdict) -> dict[str, str]:
     removed = [h for h, k in zip(hosts.ids, verdict.keep, strict=True) if not k]
     assert len(removed) == len(verdict.reasons)
     return dict(zip(removed, verdict.reasons, strict=True))
+
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], what: str = "the condition", timeout: float = 30.0
+) -> T:
+    """`probe()`'s first answer `done` accepts, asked every 0.05 s (the services apply what a test
+    sent asynchronously); AssertionError naming `what` when none does within `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        got = await probe()
+        if done(got):
+            return got
+        if loop.time() > end:
+            raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
+        await asyncio.sleep(0.05)

@@ -36,7 +36,7 @@ from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
-from vmsched_services.runner import run
+from vmsched_services.runner import BusFactory, run
 
 #: How long the services get to start (all of them ready) and to stop.
 START_TIMEOUT_S = 30.0
@@ -150,8 +150,9 @@ async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lea
 
 
 @contextlib.asynccontextmanager
-async def services(cfg: Settings, *names: str, bus: Buses | None = None) -> AsyncIterator[Settings]:
-    """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None) until the block ends."""
+async def services(cfg: Settings, *names: str, bus: BusFactory | None = None) -> AsyncIterator[Settings]:
+    """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None; Buses, or
+    any (settings, service) -> Bus) until the block ends."""
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready, bus=bus))
     await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
