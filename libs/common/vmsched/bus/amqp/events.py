@@ -92,8 +92,10 @@ class Events:
                 queue_name = q.name
 
                 async def on_message(message: AbstractIncomingMessage) -> None:
-                    transport = AmqpTransport(ch, dlx, queue_name, message, bound_s)
-                    await self.dispatcher.event(delivery_of(queue_name, message), transport, by_name, handler)
+                    transport = AmqpTransport(ch, dlx, queue_name, message, bound_s, self.link.user)
+                    await self.dispatcher.event(
+                        delivery_of(queue_name, message, self.link.user), transport, by_name, handler
+                    )
 
                 tag = await q.consume(on_message)
         except (*BROKER_ERRORS, TimeoutError) as exc:
