@@ -28,19 +28,13 @@ from vmsched import constants as c
 from vmsched.bus.amqp.connection import BrokerLink
 from vmsched.bus.base import Subscription
 from vmsched.bus.codec import CONTENT_TYPE
-from vmsched.bus.dispatch import Delivery, Transport
+from vmsched.bus.dispatch import HEADER_SENDER, Delivery, Transport
 from vmsched.errors import NoConsumer
 
 #: Bound on cancelling a consumer (a robust channel waits for a lost connection to come back).
 CANCEL_TIMEOUT_S = 5.0
 #: Bound on pausing a consumer whose channel waits for its connection (see Consumer.pause).
 PAUSE_OFFLINE_S = 0.01
-
-
-#: A retry copy's original sender. A service republishes a retry as itself (RabbitMQ refuses any
-#: other user_id), so the sender travels here, and is believed only on a copy the broker vouches the
-#: receiving service's own user sent (delivery_of).
-HEADER_SENDER = "x-vmsched-sender"
 
 
 class AmqpTransport(Transport):
@@ -205,4 +199,4 @@ class Consumer(Subscription):
         return True
 
 
-__all__ = ["CANCEL_TIMEOUT_S", "HEADER_SENDER", "AmqpTransport", "Consumer", "consumer_channel", "delivery_of"]
+__all__ = ["CANCEL_TIMEOUT_S", "AmqpTransport", "Consumer", "consumer_channel", "delivery_of"]
