@@ -28,12 +28,13 @@ def require_admin(settings: Settings, what: str) -> str:
     return require_one_of(settings.admin_user_names, what, "VMSCHED_ADMIN_USERS")
 
 
-def require_one_of(allowed: Collection[str], what: str, setting: str) -> str:
-    """The sender of the message being handled, when it is in `allowed`; else NotAuthorized."""
+def require_one_of(allowed: Collection[str], what: str, setting: str, *, message: str = "request") -> str:
+    """The sender of the `message` (request, event) being handled, when it is in `allowed`; else
+    NotAuthorized. A requeued dead letter names none: the requeuer does not vouch for its sender."""
     who = caller()
     if who is None:
         raise NotAuthorized(
-            f"the request names no sender (AMQP user_id): {what} a user named in {setting}; send it with a "
+            f"the {message} names no sender (AMQP user_id): {what} a user named in {setting}; send it with a "
             "vmsched client, which sets it to the user it connected as"
         )
     if who not in allowed:

@@ -164,12 +164,20 @@ async def test_removal_events_from_a_user_not_named_are_dead_lettered_with_why(w
         await engine.bus.publish(c.host_removed_key(cluster), HostRemoved(cluster_id=cluster, host_ids=["h1"]))
         await engine.bus.publish(c.cluster_removed_key(cluster), ClusterRemoved(cluster_id=cluster))
 
-        async def refused() -> list[str]:
-            return [d.reason or "" for d in world.broker.dead_letters if d.routing_key.endswith(f".{cluster}")]
+        async def refused() -> dict[str, str]:
+            return {d.id: d.reason or "" for d in world.broker.dead_letters if d.routing_key.endswith(f".{cluster}")}
 
         reasons = await factories.eventually(refused, lambda found: len(found) == 2)
-        assert all(f"AMQP user '{ENGINE}' is not an administrator: removals need" in r for r in reasons)
-        assert all("VMSCHED_ADMIN_USERS or VMSCHED_POLICY_ADMIN_USER" in r for r in reasons)
+        assert all(f"AMQP user '{ENGINE}' is not an administrator: removals need" in r for r in reasons.values())
+        assert all("VMSCHED_ADMIN_USERS or VMSCHED_POLICY_ADMIN_USER" in r for r in reasons.values())
+        assert len((await engine.state(cluster)).hosts) == 2
+
+        # An administrator requeueing them does not vouch for them: they go out naming no sender
+        # and are refused again.
+        async with world.admin(ADMIN) as admin:
+            assert sorted((await admin.requeue_dead_letters(list(reasons))).requeued) == sorted(reasons)
+        again = await factories.eventually(refused, lambda found: len(found) == 2 and not set(found) & set(reasons))
+        assert all(r.startswith("the event names no sender (AMQP user_id): removals need") for r in again.values())
         assert len((await engine.state(cluster)).hosts) == 2
 
 

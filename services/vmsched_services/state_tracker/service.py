@@ -69,7 +69,7 @@ class StateTracker:
     async def on_report(self, report: Message) -> None:
         if isinstance(report, HostRemoved | ClusterRemoved):
             # Checked before taking a turn: a refusal changes nothing, so it waits for no one.
-            require_one_of(self.removers, "removals need", REMOVERS)
+            require_one_of(self.removers, "removals need", REMOVERS, message="event")
         async with self._order:
             await self._apply(report)
 

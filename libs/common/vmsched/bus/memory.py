@@ -311,10 +311,16 @@ class MemoryBus(Bus):
     ) -> None:
         self._check_open()
         body, type_ = encode(event), type_name(event)
-        self._route_event(routing_key, body, type_)
+        self._route_event(routing_key, body, type_, user_id=self.user_id)
 
     def _route_event(
-        self, routing_key: str, body: bytes, type_: str | None, headers: dict[str, Any] | None = None
+        self,
+        routing_key: str,
+        body: bytes,
+        type_: str | None,
+        headers: dict[str, Any] | None = None,
+        *,
+        user_id: str | None = None,
     ) -> None:
         self.broker.route_event(
             routing_key,
@@ -326,7 +332,7 @@ class MemoryBus(Bus):
                     headers=headers or {},
                     type=type_,
                     exchange=c.EVENTS_EXCHANGE,
-                    user_id=self.user_id,
+                    user_id=user_id,
                 )
             ),
         )
@@ -393,7 +399,9 @@ class MemoryBus(Bus):
         return result
 
     def _send_again(self, dl: DeadLetter) -> bool:
-        """Put a dead letter back where it was published; False if nothing would take it."""
+        """Put a dead letter back where it was published; False if nothing would take it. It goes
+        naming no sender, as the AMQP requeue sends it: the requeuer does not vouch for whoever sent
+        it first, so a removal or administration request requeued is refused, not laundered."""
         headers = dl.requeue_headers()
         if dl.exchange == c.EVENTS_EXCHANGE:
             if not any(any(topic_matches(b, dl.routing_key) for b in q.bindings) for q in self.broker.queues.values()):
@@ -411,7 +419,6 @@ class MemoryBus(Bus):
             headers=headers,
             type=dl.type,
             exchange=dl.exchange or "",
-            user_id=self.user_id,
         )
         queue.messages.put_nowait(_Message(delivery))
         return True
