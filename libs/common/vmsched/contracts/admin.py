@@ -26,7 +26,7 @@ MAX_AUDIT_ROWS = 10_000
 AuditAction = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z][a-z0-9_.-]*$")]
 #: What an audit row records besides who, what and when: bounded JSON.
 AuditDetails = Annotated[
-    dict[Key, Any], AfterValidator(json_bounds(max_depth=4, max_nodes=5000, max_string=2000)), Field(max_length=64)
+    dict[Key, Any], Field(max_length=64), AfterValidator(json_bounds(max_depth=4, max_nodes=5000, max_string=2000))
 ]
 #: The reason given with a skipped requeue.
 Why = Annotated[str, StringConstraints(max_length=2000)]
