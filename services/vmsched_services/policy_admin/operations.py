@@ -1,11 +1,11 @@
 """policy-admin's destructive administration and the audit log: RPCs `clusters.remove`,
 `hosts.remove`, `dead-letters.requeue` (administrators only) and `audit.read`.
 
-Each action is done inside the transaction that adds its audit_log row: the row is written first (so
-a PostgreSQL that is away refuses the action before anything happens), then the action (the removal
-event published, the dead letters sent again), then the row is committed with what was done. A
-failed action rolls its row back; only a PostgreSQL lost between the action and the commit leaves
-an action without its row, and that is logged with everything the row would have held.
+Each action is done inside the transaction that adds its audit_log row: the transaction begins
+first (so a PostgreSQL that is away refuses the action before anything happens), then the action
+(the removal event published, the dead letters sent again), then the row is inserted with what was
+done and committed. A failed action adds no row; only a PostgreSQL lost between the action and the
+commit leaves an action without its row, and that is logged with everything the row would have held.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ WHY_MAX = 500
 
 
 class Recording:
-    """An audit row being written: its id, and details the action may add to before it is committed."""
+    """An audit row being written: its details, which the action may add to, and its id once inserted."""
 
     def __init__(self, row_id: int, details: dict[str, Any]) -> None:
         self.id = row_id
@@ -57,22 +57,17 @@ class Operations:
 
     @contextlib.asynccontextmanager
     async def _recording(self, record: AuditRecord) -> AsyncIterator[Recording]:
-        """The action of the block with its audit row: both, or (the block failed) neither."""
+        """The action of the block with its audit row: both, or (the block failed) neither. The row
+        is only inserted (the log is append-only): with what the block added to its details, once
+        the action is done, in a transaction begun before it, so a PostgreSQL that is away refuses
+        the action before anything happens."""
         pool = await self.rt.postgres()
-        async with pool.acquire() as conn:
-            tx = conn.transaction()
-            await tx.start()
+        async with pool.acquire() as conn, conn.transaction():
+            rec = Recording(0, dict(record.details))
+            yield rec
             try:
-                [row_id] = await write_audit(conn, [record])
-                rec = Recording(row_id, dict(record.details))
-                yield rec
-            except BaseException:
-                await tx.rollback()
-                raise
-            try:
-                if rec.details != record.details:
-                    await conn.execute("UPDATE audit_log SET details = $2 WHERE id = $1", row_id, rec.details)
-                await tx.commit()
+                done = AuditRecord(record.actor, record.action, record.target, rec.details)
+                [rec.id] = await write_audit(conn, [done])
             except Exception:
                 # The action is done and cannot be taken back: the log line is its only record.
                 log.error("done but not audited", actor=record.actor, action=record.action, details=rec.details)
