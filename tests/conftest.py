@@ -43,10 +43,6 @@ def server_urls() -> Iterator[servers.Servers]:
         c.stop()  # type: ignore[attr-defined]  # a testcontainers container (optional, untyped)
 
 
-def _url_user(url: str) -> str:
-    return urlsplit(url).username or "guest"
-
-
 def _with_path(url: str, path: str) -> str:
     p = urlsplit(url)
     return urlunsplit((p.scheme, p.netloc, path, p.query, p.fragment))
@@ -72,11 +68,12 @@ async def settings(run_id: str, server_urls: servers.Servers) -> AsyncIterator[S
 def _settings(run_id: str, server_urls: servers.Servers) -> Settings:
     return Settings(
         amqp_url=server_urls.amqp_url,
+        # The tests' own user administers (policies, removals, requeues): on the shared broker, the
+        # only user there is. tests/integration/test_authorization.py varies the identity.
+        admin_users=f"vmsched-admin,{servers.amqp_user(server_urls.amqp_url)}",
         redis_url=_with_path(server_urls.redis_url, f"/{TEST_REDIS_DB}"),
         postgres_url=_with_path(server_urls.postgres_url, f"/vmsched_test_{run_id}"),
         amqp_prefix=f"test-{run_id}.",
-        # The tests' AMQP user (guest on the shared broker) administers.
-        admin_users=f"vmsched-admin,{_url_user(server_urls.amqp_url)}",
         redis_prefix=f"vmsched-test-{run_id}",
         lock_acquire_timeout_s=5.0,
         lock_hold_timeout_s=5.0,

@@ -21,14 +21,15 @@ reserved memory, so arithmetic in tests stays obvious); override only what a tes
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vmsched.contracts import (
     ClusterReport,
@@ -286,3 +287,22 @@ def certificates(directory: Path) -> Certificates:
         client_key=directory / "client.key",
         other_ca=directory / "other-ca.pem",
     )
+
+
+T = TypeVar("T")
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T]], done: Callable[[T], bool], what: str = "the condition", timeout: float = 30.0
+) -> T:
+    """`probe()`'s first answer `done` accepts, asked every 0.05 s (the services apply what a test
+    sent asynchronously); AssertionError naming `what` when none does within `timeout` seconds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        got = await probe()
+        if done(got):
+            return got
+        if loop.time() > end:
+            raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
+        await asyncio.sleep(0.05)

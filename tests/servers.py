@@ -25,6 +25,12 @@ class Servers:
     containers: list[object]
 
 
+def amqp_user(url: str) -> str:
+    """The RabbitMQ user an AMQP URL connects as (the broker's default, guest, when it names none):
+    the identity the broker vouches for on what that connection sends (AMQP user_id)."""
+    return urlsplit(url).username or "guest"
+
+
 def _answers(url: str, default_port: int) -> bool:
     parts = urlsplit(url)
     try:

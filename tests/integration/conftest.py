@@ -30,6 +30,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.factories import Certificates, certificates
+from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.bus.amqp import work_queue_arguments
@@ -37,7 +38,7 @@ from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
-from vmsched_services.runner import run
+from vmsched_services.runner import BusFactory, run
 from vmsched_services.tools.servers.base import TlsListener
 from vmsched_services.tools.servers.rabbit import RabbitNode
 
@@ -58,10 +59,12 @@ class Buses:
     kind: str
     broker: MemoryBroker | None = None
 
-    def __call__(self, settings: Settings, service: str) -> Bus:
+    def __call__(self, settings: Settings, service: str, *, user_id: str | None = None) -> Bus:
+        """A bus for `service`; on the memory broker its messages name `user_id` as their sender
+        (default: the user of settings.amqp_url, as RabbitMQ vouches for the user a bus connects as)."""
         if self.broker is None:
             return connect(settings, service)
-        return MemoryBus(settings, self.broker, service=service)
+        return MemoryBus(settings, self.broker, service=service, user_id=user_id or amqp_user(settings.amqp_url))
 
     async def runtime(self, settings: Settings, service: str) -> Runtime:
         """A Runtime of its own (a second selector, a balancer the test drives) on this bus."""
@@ -151,8 +154,9 @@ async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lea
 
 
 @contextlib.asynccontextmanager
-async def services(cfg: Settings, *names: str, bus: Buses | None = None) -> AsyncIterator[Settings]:
-    """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None) until the block ends."""
+async def services(cfg: Settings, *names: str, bus: BusFactory | None = None) -> AsyncIterator[Settings]:
+    """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None; Buses, or
+    any (settings, service) -> Bus) until the block ends."""
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready, bus=bus))
     await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)

@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 
 from tests.factories import host_report, vm_report
 from tests.integration.conftest import services
+from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport
@@ -50,7 +51,7 @@ class Result:
 async def stack(settings: Settings, database: str) -> AsyncIterator[Settings]:
     await migrate(database)
     cfg = settings.model_copy(update={"postgres_url": database, "ha_interval_s": 3600.0})
-    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "ha-monitor"):
+    async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "ha-monitor", "policy-admin"):
         yield cfg
 
 
@@ -190,6 +191,7 @@ async def test_hosts_remove_drops_them_from_the_state(client: SchedulerClient, s
     assert result.code == EXIT_NOT_FOUND  # one of them was not there
     assert result.out.startswith(f"removed h2 from cluster {cluster} (state version 5)")
     assert f"not in cluster {cluster}: gone" in result.err
+    assert "recorded in the audit log as entry " in result.out
     assert [h.report.host_id for h in (await client.state(cluster)).hosts] == ["h1", "h3"]
 
     none = await vmsched(stack, "hosts", "remove", "--cluster", cluster, "gone")
@@ -217,6 +219,12 @@ async def test_clusters_remove_deletes_state_and_pending(
     assert removed.code == EXIT_OK, removed.err
     assert removed.out.startswith(f"removed cluster {cluster}")
     assert "policy link in PostgreSQL is kept" in removed.out
+    entry = int(removed.out.rsplit("recorded in the audit log as entry ", 1)[1])
+    audit = await vmsched(stack, "audit", "--action", "cluster.removed", "--json")
+    assert audit.code == EXIT_OK, audit.err
+    assert {"id": entry, "target": cluster, "actor": amqp_user(stack.amqp_url)}.items() <= next(
+        e for e in json.loads(audit.out) if e["id"] == entry
+    ).items()
     with pytest.raises(RemoteError) as info:
         await client.state(cluster)
     assert info.value.remote_code == "unknown_cluster"
@@ -275,3 +283,30 @@ async def test_dead_letters_list_show_and_requeue(stack: Settings, unique: str) 
     again = await eventually(refused_again, "the requeued report is refused again")
     assert len(again) == 1
     assert [d["id"] for d in await ours()] == [again[0]["id"]]  # the old one left the queue
+
+
+async def test_policy_history_names_each_versions_author_and_audit_lists_who_did_what(
+    stack: Settings, unique: str
+) -> None:
+    me, name = amqp_user(stack.amqp_url), f"cli-{unique}"
+    cloned = await vmsched(stack, "policy", "clone", "none", name)
+    assert cloned.code == EXIT_OK, cloned.err
+    history = await vmsched(stack, "policy", "history", name)
+    assert history.code == EXIT_OK, history.err
+    assert history.out.startswith("version 1  ")
+    assert history.out.splitlines()[0].endswith(f"  by {me}")
+    built_in = await vmsched(stack, "policy", "history", "none")
+    assert built_in.out.splitlines()[0].endswith("  by unknown")  # seeded, not stored by anyone
+
+    listed = await vmsched(stack, "audit", "--actor", me, "--action", "policy.cloned", "--json")
+    assert listed.code == EXIT_OK, listed.err
+    [entry] = [e for e in json.loads(listed.out) if e["target"] == name]
+    assert (entry["actor"], entry["details"]) == (me, {"source": "none", "version": 1})
+    table = await vmsched(stack, "audit", "--action", "policy.cloned", "--limit", "1")
+    assert table.out.splitlines()[0].split() == ["at", "(UTC)", "actor", "action", "target", "details"]
+    assert f"  {me}" in table.out
+    assert f"policy.cloned           {name}" in table.out
+    nobody = await vmsched(stack, "audit", "--actor", f"nobody-{unique}")
+    assert nobody.code == EXIT_NOT_FOUND
+    assert nobody.err.startswith("vmsched: no audit log entries match")
+    assert (await vmsched(stack, "policy", "delete", name)).code == EXIT_OK

@@ -380,7 +380,7 @@ async def test_create_update_delete_custom_policy(pool: asyncpg.Pool, unique: st
     with pytest.raises(InvalidProperty):
         await repo.update(edited.model_copy(update={"properties": {"TestThreshold": "x"}}))
     assert await repo.get(policy.id) == stored
-    assert [v for v, _, _ in await repo.history(policy.id)] == [2, 1]
+    assert [v.version for v in await repo.history(policy.id)] == [2, 1]
 
     # In use by a cluster: not deletable until the cluster lets go.
     await repo.set_cluster_policy(f"c-{unique}", policy.id, {"TestThreshold": "9"})

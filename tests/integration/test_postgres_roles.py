@@ -69,7 +69,7 @@ async def test_only_policy_admin_writes_policies(server: PrivatePostgres, role: 
         await conn.close()
 
 
-async def test_policy_admin_writes_policies_but_not_the_migrations_record(server: PrivatePostgres) -> None:
+async def test_policy_admin_writes_policies_but_neither_the_migrations_record_nor_past_audit(server: PrivatePostgres) -> None:
     conn = await asyncpg.connect(as_role(server, "policy-admin"))
     try:
         async with conn.transaction():
@@ -78,6 +78,10 @@ async def test_policy_admin_writes_policies_but_not_the_migrations_record(server
             await conn.execute("DELETE FROM schema_migrations")
         with pytest.raises(asyncpg.InsufficientPrivilegeError):
             await conn.execute("CREATE TABLE intruder (x int)")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("DELETE FROM audit_log")
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute("UPDATE audit_log SET actor = 'someone else'")
     finally:
         await conn.close()
 

@@ -12,25 +12,26 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Self
 
 from vmsched import constants as c
 from vmsched.bus import Bus, Subscription, connect
 from vmsched.contracts import (
-    ClusterRemoved,
     ClusterReport,
     ClusterState,
     HaAlert,
     HaCheckRequest,
     HaRecovered,
     HaReport,
-    HostRemoved,
     HostReport,
     Message,
     MigrationDecision,
     PolicyChanged,
     PowerAction,
+    Removal,
+    RemoveCluster,
+    RemoveHosts,
     RequestKind,
     ResyncComplete,
     ResyncRequested,
@@ -167,21 +168,21 @@ class SchedulerClient(BusClient):
     async def report_vm(self, report: VmReport) -> None:
         await self.bus.publish(c.vm_report_key(report.cluster_id), report)
 
-    async def remove_hosts(self, cluster_id: str, host_ids: Sequence[str], *, reason: str = "") -> None:
-        """Take hosts out of the cluster for good (see HostRemoved); the state tracker applies it in
-        order with the reports. A host that reports again is back."""
-        await self.bus.publish(
-            c.host_removed_key(cluster_id),
-            HostRemoved(cluster_id=cluster_id, host_ids=list(host_ids), reason=reason, removed_at=datetime.now(UTC)),
-        )
+    # Removals are administration: asked of policy-admin (RPC), which checks that this client's AMQP
+    # user is an administrator (else RemoteError not_authorized), records them in the audit log and
+    # publishes the removal event the state tracker applies in order with the reports.
+    async def remove_hosts(
+        self, cluster_id: str, host_ids: Sequence[str], *, reason: str = "", timeout: float | None = None
+    ) -> Removal:
+        """Take hosts out of the cluster for good (see HostRemoved). A host that reports again is back."""
+        request = RemoveHosts(cluster_id=cluster_id, host_ids=list(host_ids), reason=reason)
+        return await self.bus.call(c.RPC_HOSTS_REMOVE, request, Removal, timeout=timeout)
 
-    async def remove_cluster(self, cluster_id: str, *, reason: str = "") -> None:
+    async def remove_cluster(self, cluster_id: str, *, reason: str = "", timeout: float | None = None) -> Removal:
         """Take the cluster out of vmsched: its state and pending resources are deleted (see
         ClusterRemoved); its policy link in PostgreSQL stays."""
-        await self.bus.publish(
-            c.cluster_removed_key(cluster_id),
-            ClusterRemoved(cluster_id=cluster_id, reason=reason, removed_at=datetime.now(UTC)),
-        )
+        request = RemoveCluster(cluster_id=cluster_id, reason=reason)
+        return await self.bus.call(c.RPC_CLUSTERS_REMOVE, request, Removal, timeout=timeout)
 
     async def ha_check(self, cluster_id: str, *, timeout: float | None = None) -> HaReport:
         """Run the HA reservation check for the cluster now (an HA monitor answers)."""

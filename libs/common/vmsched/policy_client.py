@@ -1,4 +1,5 @@
-"""The administrator's side of vmsched: policies over the bus, through the policy-admin service.
+"""The administrator's side of vmsched: policies, removals, dead letters and the audit log over the
+bus, through the policy-admin service.
 
 async with PolicyClient(Settings()) as admin:
     report = await admin.apply(PolicySet(policies=[...], clusters=[...]), dry_run=True)
@@ -6,16 +7,23 @@ async with PolicyClient(Settings()) as admin:
         print(change.action, change.name, change.diff)
 
 Refusals arrive as vmsched.errors.RemoteError with the service's code (`invalid_policy` lists every
-problem of the request, `policy_locked`, `policy_in_use`, `policy_not_found`, ...).
+problem of the request, `policy_locked`, `policy_in_use`, `policy_not_found`, ...). Every write
+needs an administrator: a client whose AMQP user is not named in VMSCHED_ADMIN_USERS is refused
+with `not_authorized`. Removing clusters and hosts is also on SchedulerClient.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
 
 from vmsched import constants as c
 from vmsched.client import BusClient
 from vmsched.contracts import (
     ApplyPolicies,
     ApplyReport,
+    AuditListing,
+    AuditQuery,
     ClonePolicy,
     DetachCluster,
     PolicyHistory,
@@ -23,6 +31,8 @@ from vmsched.contracts import (
     PolicyQuery,
     PolicyRef,
     PolicySet,
+    RequeueDeadLetters,
+    RequeueReport,
     RollbackPolicy,
     StoredPolicy,
     UnitListing,
@@ -60,6 +70,18 @@ class PolicyClient(BusClient):
 
     async def units(self) -> UnitListing:
         return await self.bus.call(c.RPC_UNITS_LIST, UnitQuery(), UnitListing)
+
+    async def requeue_dead_letters(self, ids: Sequence[str] | None = None) -> RequeueReport:
+        """Send dead letters (these ids; None: every one) again where they were first published."""
+        request = RequeueDeadLetters(ids=list(ids) if ids is not None else None)
+        return await self.bus.call(c.RPC_DEAD_LETTERS_REQUEUE, request, RequeueReport)
+
+    async def audit(
+        self, *, limit: int = 50, actor: str | None = None, action: str | None = None, since: datetime | None = None
+    ) -> AuditListing:
+        """The newest audit log rows (of `actor`, of `action`, since `since`), newest first."""
+        query = AuditQuery(limit=limit, actor=actor, action=action, since=since)
+        return await self.bus.call(c.RPC_AUDIT, query, AuditListing)
 
 
 __all__ = ["PolicyClient"]

@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     #: hosts, requeueing dead letters. Checked against the AMQP user_id property of the request,
     #: which the broker verifies is the user the sender connected as.
     admin_users: str = "vmsched-admin"
+    #: The RabbitMQ user the policy-admin service connects as: the state tracker applies host and
+    #: cluster removals (HostRemoved, ClusterRemoved) only from it or from an administrator, since
+    #: policy-admin publishes them on an administrator's authorized request.
+    policy_admin_user: str = "vmsched-policy-admin"
 
     @property
     def admin_user_names(self) -> frozenset[str]:

@@ -4,10 +4,17 @@ Every change is validated whole before anything is stored (vmsched.scheduling.po
 units with a suggestion, properties no unit reads, values a unit refuses, in words), stored as a new
 version of the policy, and announced with `policy.changed`, so every selector and balancer drops its
 cached copy. Built-in policies stay locked: they can be cloned, not edited.
+
+Every write (apply without dry run, clone, delete, detach, rollback) is an administrator's
+(vmsched_services.authz: the sender the broker vouches for is named in VMSCHED_ADMIN_USERS): the new
+versions name their author, and each change leaves an audit_log row stored in the same transaction.
+Reads are anyone's who reaches the queues. The other administration this service serves (removals,
+requeueing dead letters, the audit log) is in `operations`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from uuid import uuid4
@@ -37,6 +44,8 @@ from vmsched.contracts import (
     UnitProperty,
     UnitQuery,
 )
+from vmsched.db import audit
+from vmsched.db.audit import AuditRecord
 from vmsched.db.pool import unavailable
 from vmsched.db.repository import PolicyRepository
 from vmsched.errors import InvalidPolicy, PolicyNotFound
@@ -55,8 +64,13 @@ from vmsched.scheduling.policy_docs import (
 from vmsched.scheduling.units import REGISTRY
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.store.catalogues import UnitCatalogues
+from vmsched_services.authz import POLICY_CHANGES, require_admin
+from vmsched_services.policy_admin import operations
 
 log = get_logger("vmsched.policy_admin")
+
+#: Lines of a change's diff kept in its audit row (the count is kept whole).
+AUDIT_DIFF_LINES = 200
 
 
 def _stored(policy: Policy, clusters: Sequence[str]) -> StoredPolicy:
@@ -73,6 +87,40 @@ def _stored(policy: Policy, clusters: Sequence[str]) -> StoredPolicy:
 def _refuse(found: Sequence[str]) -> InvalidPolicy:
     listed = "\n".join(f"  - {p}" for p in found)
     return InvalidPolicy(f"nothing was stored; {len(found)} problem(s):\n{listed}", location="policies")
+
+
+def _attachment_change(had: ClusterAttachment | None, want: ClusterAttachment) -> Change:
+    if had == want:
+        return Change(kind="cluster", name=want.cluster_id, action=ChangeAction.UNCHANGED)
+    return Change(kind="cluster", name=want.cluster_id, action=ChangeAction.ATTACH, diff=attachment_diff(had, want))
+
+
+def _audit_records(
+    actor: str,
+    changes: Mapping[str, Change],
+    attaching: Sequence[ClusterAttachment],
+    rolled_back_from: int | None,
+    saved: Sequence[Policy],
+) -> list[AuditRecord]:
+    """The audit rows of an apply: one per stored policy (its change's diff, cut at
+    AUDIT_DIFF_LINES), one per attached cluster."""
+    rows = []
+    for p in saved:
+        change = changes[p.name]
+        details: dict[str, Any] = {
+            "version": p.version,
+            "diff": list(change.diff[:AUDIT_DIFF_LINES]),
+            "diff_lines": len(change.diff),
+        }
+        if rolled_back_from is not None:
+            action, details["to"] = audit.POLICY_ROLLED_BACK, rolled_back_from
+        else:
+            action = audit.POLICY_CREATED if change.action is ChangeAction.CREATE else audit.POLICY_UPDATED
+        rows.append(AuditRecord(actor, action, p.name, details))
+    for a in attaching:
+        attached = {"policy": a.policy, "properties": dict(a.properties), "ha_reservation": a.ha_reservation}
+        rows.append(AuditRecord(actor, audit.CLUSTER_ATTACHED, a.cluster_id, attached))
+    return rows
 
 
 class PolicyAdmin:
@@ -120,7 +168,10 @@ class PolicyAdmin:
         versions = await (await self._repo()).history(ref.name)
         return PolicyHistory(
             name=ref.name,
-            versions=[PolicyVersion(version=v, stored_at=at, document=doc) for v, at, doc in versions],
+            versions=[
+                PolicyVersion(version=v.version, stored_at=v.stored_at, document=v.document, author=v.author)
+                for v in versions
+            ],
         )
 
     async def units(self, _: UnitQuery) -> UnitListing:
@@ -146,6 +197,11 @@ class PolicyAdmin:
 
     # ------------------------------------------------------------------------------ writing
     async def apply(self, req: ApplyPolicies) -> ApplyReport:
+        # A dry run stores nothing: anyone who reaches the queue may ask what a change would do.
+        actor = None if req.dry_run else require_admin(self.rt.settings, POLICY_CHANGES)
+        return await self._apply(req, actor)
+
+    async def _apply(self, req: ApplyPolicies, actor: str | None, rolled_back_from: int | None = None) -> ApplyReport:
         repo = await self._repo()
         stored = {p.name: p for p in await repo.list()}
         attached = {a.cluster_id: a for a in await self._attachments(repo)}
@@ -169,20 +225,16 @@ class PolicyAdmin:
                 writes.append(policy_of(doc, uuid4()))
             else:
                 writes.append(policy_of(doc, current.id).model_copy(update={"is_default": current.is_default}))
-        attaching: list[ClusterAttachment] = []
-        for want in req.desired.clusters:
-            had = attached.get(want.cluster_id)
-            if had == want:
-                changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.UNCHANGED))
-                continue
-            lines = attachment_diff(had, want)
-            changes.append(Change(kind="cluster", name=want.cluster_id, action=ChangeAction.ATTACH, diff=lines))
-            attaching.append(want)
-        if req.dry_run or not (writes or attaching):
+        attaching = [want for want in req.desired.clusters if attached.get(want.cluster_id) != want]
+        changes += [_attachment_change(attached.get(want.cluster_id), want) for want in req.desired.clusters]
+        if actor is None or not (writes or attaching):
             return ApplyReport(dry_run=req.dry_run, changes=changes)
-        # One transaction: the whole set is stored, or (on a refusal the checks above could not
-        # foresee, such as a concurrent edit) nothing of it is.
-        saved = await repo.apply(writes, [(a.cluster_id, a.policy, a.properties, a.ha_reservation) for a in attaching])
+        by_name = {ch.name: ch for ch in changes if ch.kind == "policy"}
+        records = functools.partial(_audit_records, actor, by_name, attaching, rolled_back_from)
+        # One transaction: the whole set is stored with its audit rows, or (on a refusal the checks
+        # above could not foresee, such as a concurrent edit) nothing of it is.
+        attach_rows = [(a.cluster_id, a.policy, a.properties, a.ha_reservation) for a in attaching]
+        saved = await repo.apply(writes, attach_rows, author=actor, audit=records)
         versions = {p.name: p.version for p in saved}
         changes = [
             ch.model_copy(update={"version": versions.get(ch.name)}) if ch.kind == "policy" else ch for ch in changes
@@ -191,7 +243,7 @@ class PolicyAdmin:
             await self._announce(PolicyChanged(policy_id=policy.id))
         for a in attaching:
             await self._announce(PolicyChanged(cluster_id=a.cluster_id))
-        log.info("policies applied", changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
+        log.info("policies applied", actor=actor, changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
         return ApplyReport(dry_run=False, changes=changes)
 
     def _check(
@@ -226,38 +278,49 @@ class PolicyAdmin:
         return found
 
     async def clone(self, req: ClonePolicy) -> StoredPolicy:
+        actor = require_admin(self.rt.settings, POLICY_CHANGES)
         repo = await self._repo()
-        copy = await repo.clone(req.source, req.name, description=req.description)
+
+        def records(copy: Policy) -> list[AuditRecord]:
+            return [AuditRecord(actor, audit.POLICY_CLONED, copy.name, {"source": req.source, "version": copy.version})]
+
+        copy = await repo.clone(req.source, req.name, description=req.description, author=actor, audit=records)
         await self._announce(PolicyChanged(policy_id=copy.id))
         return _stored(copy, [])
 
     async def delete(self, ref: PolicyRef) -> ApplyReport:
+        actor = require_admin(self.rt.settings, POLICY_CHANGES)
         repo = await self._repo()
         policy = await repo.get(ref.name)
-        await repo.delete(policy.id)
+        details = {"id": str(policy.id), "version": policy.version}
+        await repo.delete(policy.id, audit=[AuditRecord(actor, audit.POLICY_DELETED, ref.name, details)])
         await self._announce(PolicyChanged(policy_id=policy.id))
         return ApplyReport(dry_run=False, changes=[Change(kind="policy", name=ref.name, action=ChangeAction.DELETE)])
 
     async def detach(self, req: DetachCluster) -> ApplyReport:
+        actor = require_admin(self.rt.settings, POLICY_CHANGES)
         repo = await self._repo()
-        had = await repo.clear_cluster(req.cluster_id)
+        had = await repo.clear_cluster(
+            req.cluster_id, audit=[AuditRecord(actor, audit.CLUSTER_DETACHED, req.cluster_id)]
+        )
         action = ChangeAction.DETACH if had else ChangeAction.UNCHANGED
         if had:
             await self._announce(PolicyChanged(cluster_id=req.cluster_id))
         return ApplyReport(dry_run=False, changes=[Change(kind="cluster", name=req.cluster_id, action=action)])
 
     async def rollback(self, req: RollbackPolicy) -> ApplyReport:
+        actor = require_admin(self.rt.settings, POLICY_CHANGES)
         repo = await self._repo()
         versions = await repo.history(req.name)
-        current = versions[0][0] if versions else 0
+        current = versions[0].version if versions else 0
         target = req.version if req.version is not None else current - 1
-        chosen = next((doc for v, _, doc in versions if v == target), None)
+        chosen = next((v.document for v in versions if v.version == target), None)
         if chosen is None:
-            have = ", ".join(str(v) for v, _, _ in versions) or "none"
+            have = ", ".join(str(v.version) for v in versions) or "none"
             raise PolicyNotFound(
                 f"policy {req.name} has no version {target} (stored versions: {have})", location="version"
             )
-        return await self.apply(ApplyPolicies(desired=PolicySet(policies=[chosen])))
+        return await self._apply(ApplyPolicies(desired=PolicySet(policies=[chosen])), actor, rolled_back_from=target)
 
 
 Handler = Callable[[Any], Awaitable[Message]]
@@ -292,6 +355,7 @@ async def start(rt: Runtime) -> PolicyAdmin:
         (c.RPC_POLICY_HISTORY, PolicyRef, naming_postgres(admin.history)),
         (c.RPC_POLICY_ROLLBACK, RollbackPolicy, naming_postgres(admin.rollback)),
         (c.RPC_UNITS_LIST, UnitQuery, admin.units),  # read from Redis, not PostgreSQL
+        *((route, request, naming_postgres(handler)) for route, request, handler in operations.routes(rt)),
     ]
     for route, request, handler in routes:
         await rt.bus.serve(route, request, handler)

@@ -6,6 +6,10 @@ Consumes the engine's reports (state.cluster.*, state.host.*, state.vm.*) and re
 in Redis (vmsched.store.StateWriter), clears a VM's pending record once the VM is reported running
 (or failed, or down), and answers state requests (RPC `state`). A removed cluster's pending records
 and HA status go with its state.
+Removals are taken only from an administrator (VMSCHED_ADMIN_USERS) or the policy-admin service
+(VMSCHED_POLICY_ADMIN_USER), which publishes them on an administrator's authorized request: from
+any other sender, as the broker vouches for it (AMQP user_id), they are refused (NotAuthorized) and
+dead-lettered with why, so an engine's credentials cannot delete a cluster's state.
 Order matters: the state is applied (version bumped) *before* the pending record is cleared, and
 the selector reads pending *before* the state version, so a VM is never counted nowhere.
 """
@@ -33,9 +37,13 @@ from vmsched.metrics import STATE_REPORTS
 from vmsched.runtime import Runtime
 from vmsched.store import PendingStore, StateWriter
 from vmsched.store.memories import FailedHosts, HaStatus
+from vmsched_services.authz import require_one_of
 from vmsched_services.state_tracker.gauges import HostGauges, Refresher
 
 log = get_logger("vmsched.state_tracker")
+
+#: Who a refused removal should have come from, as the refusal says it.
+REMOVERS = "VMSCHED_ADMIN_USERS or VMSCHED_POLICY_ADMIN_USER"
 
 #: Statuses after which a VM no longer needs its pending record.
 _SETTLED = {VmStatus.RUNNING, VmStatus.FAILED, VmStatus.DOWN}
@@ -52,12 +60,16 @@ class StateTracker:
         # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
         # reports are applied in the order the engine published them.
         self._order = asyncio.Lock()
+        self.removers = rt.settings.admin_user_names | {rt.settings.policy_admin_user}
 
     async def load(self) -> None:
         await self.writer.load()
         self.host_gauges.export_all()
 
     async def on_report(self, report: Message) -> None:
+        if isinstance(report, HostRemoved | ClusterRemoved):
+            # Checked before taking a turn: a refusal changes nothing, so it waits for no one.
+            require_one_of(self.removers, "removals need", REMOVERS, message="event")
         async with self._order:
             await self._apply(report)
 

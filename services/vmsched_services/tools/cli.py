@@ -13,6 +13,8 @@ vmsched dead-letters list|show|requeue
                                    refused messages: why, and sending them again
 vmsched clusters list|remove       clusters with state; taking one out
 vmsched hosts remove --cluster C HOST ...
+vmsched audit [--actor U] [--action A] [--limit N]
+                                   who changed policies, removed clusters or hosts, requeued dead letters
 vmsched db migrate                 create/upgrade the PostgreSQL schema, seed built-in policies
 vmsched contracts [--check]        (re)generate contracts/ from the message models
 vmsched units list                 the policy-unit catalogue
@@ -29,7 +31,7 @@ vmsched chaos [EXPERIMENT ...] [--long] [--json]
 Each command group is a module of its own with its `cmd_NAME(args) -> exit code` functions and an
 `add_commands(sub)` that makes their parsers (clikit.command): service_cli (run, up), engine_cli
 (schedule, explain, watch, state), ops_cli with ops (decisions, ha-check, dead-letters, clusters,
-hosts), db_cli, contracts_cli, units_cli, policy_cli and tool_cli (demo, bench, simulate, chaos).
+hosts), audit_cli, db_cli, contracts_cli, units_cli, policy_cli and tool_cli (demo, bench, simulate, chaos).
 This module assembles them into one parser and holds the error boundary, `main`. A new command
 goes into the group it belongs to. Each command imports what it runs inside its function:
 `vmsched --help` and the light commands then start without loading what the commands run.
@@ -48,6 +50,7 @@ import traceback
 from collections.abc import Sequence
 
 from vmsched_services.tools import (
+    audit_cli,
     contracts_cli,
     db_cli,
     engine_cli,
@@ -127,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     service_cli.add_commands(sub)
     engine_cli.add_commands(sub)
     ops_cli.add_commands(sub)
+    audit_cli.add_commands(sub)
     db_cli.add_commands(sub)
     contracts_cli.add_commands(sub)
     units_cli.add_commands(sub)

@@ -1,5 +1,9 @@
 """The operators' commands: `ha-check`, `dead-letters`, `decisions`, `clusters`, `hosts remove`.
 
+What changes something (removing clusters and hosts, requeueing dead letters) is asked of the
+policy-admin service, which refuses it unless the command's AMQP user is an administrator
+(not_authorized, exit 3) and records it in the audit log (`vmsched audit`).
+
 Each `cmd_*` takes the parsed arguments and returns an exit code (vmsched_services.tools.clikit);
 what it cannot do it raises (CommandError, or the library's own errors), and `vmsched`'s error
 boundary (cli.main) turns that into a sentence. Like cli.py, each command imports what it runs.
@@ -30,7 +34,7 @@ from vmsched_services.tools.clikit import (
 if TYPE_CHECKING:
     from vmsched.bus import Bus, DeadLetter
     from vmsched.client import SchedulerClient
-    from vmsched.contracts import ClusterState, HaReport, ScheduleDecision
+    from vmsched.contracts import ClusterState, HaReport, Removal, ScheduleDecision
 
 T = TypeVar("T")
 
@@ -199,10 +203,15 @@ def cmd_dead_letters_show(args: argparse.Namespace) -> int:
 
 
 async def _requeue(bus: Bus, targets: Sequence[str], every: bool) -> tuple[list[str], dict[str, str], list[str]]:
-    """(requeued, skipped with why, asked for but not found)."""
+    """(requeued, skipped with why, asked for but not found). Numbers are made ids here; the
+    requeueing is policy-admin's (an administrator's, audited)."""
+    from vmsched.contracts import RequeueReport
+    from vmsched.policy_client import PolicyClient
+
+    admin = PolicyClient(settings(), bus=bus)
     if every:
-        result = await bus.requeue_dead_letters(None)
-        return result.requeued, result.skipped, []
+        done = await _admin_call("policy-admin", admin.requeue_dead_letters(None))
+        return done.requeued, done.skipped, []
     ids: list[str] = []
     missing: list[str] = []
     for target in targets:
@@ -210,13 +219,24 @@ async def _requeue(bus: Bus, targets: Sequence[str], every: bool) -> tuple[list[
             ids.append((await _find(bus, target))[1].id)
         except NotFound:
             missing.append(target)
-    requeued: list[str] = []
-    skipped: dict[str, str] = {}
+    done = RequeueReport(requeued=[])
     if ids:
-        done = await bus.requeue_dead_letters(ids)
-        requeued, skipped = done.requeued, done.skipped
-    missing += [i for i in ids if i not in requeued and i not in skipped]  # taken by someone meanwhile
-    return requeued, skipped, missing
+        done = await _admin_call("policy-admin", admin.requeue_dead_letters(list(dict.fromkeys(ids))))
+    return done.requeued, done.skipped, missing + done.not_found  # not found: taken by someone meanwhile
+
+
+async def _admin_call(service: str, call: Awaitable[T]) -> T:
+    """`call`, a request to `service`: when nobody serves it, say which service to start (the
+    command's `needs` names the state tracker, which it also asks)."""
+    from vmsched.errors import NoConsumer
+
+    try:
+        return await call
+    except NoConsumer:
+        raise CommandError(
+            f"no {service} answers: removals and requeues are asked of it (it checks and audits them)",
+            hint=f"start it (`vmsched run {service}`, or every service with `vmsched up`)",
+        ) from None
 
 
 def cmd_dead_letters_requeue(args: argparse.Namespace) -> int:
@@ -316,6 +336,7 @@ async def _wait_until(what: str, done: Callable[[], Awaitable[bool]], timeout: f
 def cmd_hosts_remove(args: argparse.Namespace) -> int:
     cluster = args.cluster
     asked = list(dict.fromkeys(args.hosts))
+    audited: list[Removal] = []
 
     async def go(client: SchedulerClient) -> tuple[list[str], list[str], int]:
         known = {h.report.host_id for h in (await client.state(cluster, timeout=args.timeout)).hosts}
@@ -326,7 +347,8 @@ def cmd_hosts_remove(args: argparse.Namespace) -> int:
                 f"cluster {cluster} has no host {', '.join(missing)}",
                 hint=f"`vmsched state --cluster {cluster}` lists its hosts",
             )
-        await client.remove_hosts(cluster, present, reason=args.reason)
+        removal = await _admin_call("policy-admin", client.remove_hosts(cluster, present, reason=args.reason))
+        audited.append(removal)
         version = 0
 
         async def gone() -> bool:
@@ -340,6 +362,7 @@ def cmd_hosts_remove(args: argparse.Namespace) -> int:
 
     present, missing, version = asyncio.run(_client_session(go))
     print(f"removed {', '.join(present)} from cluster {cluster} (state version {version})")
+    print(f"recorded in the audit log as entry {audited[0].audit_id}")
     print("a host that reports again is back", file=sys.stderr)
     if missing:
         print(f"not in cluster {cluster}: {', '.join(missing)}", file=sys.stderr)
@@ -359,8 +382,8 @@ def cmd_clusters_remove(args: argparse.Namespace) -> int:
         yes=args.yes,
     )
 
-    async def go(client: SchedulerClient) -> None:
-        await client.remove_cluster(cluster, reason=args.reason)
+    async def go(client: SchedulerClient) -> Removal:
+        removal = await _admin_call("policy-admin", client.remove_cluster(cluster, reason=args.reason))
 
         async def gone() -> bool:
             try:
@@ -372,12 +395,14 @@ def cmd_clusters_remove(args: argparse.Namespace) -> int:
             return False
 
         await _wait_until(f"the removal of cluster {cluster}", gone, args.wait)
+        return removal
 
-    asyncio.run(_client_session(go))
+    removal = asyncio.run(_client_session(go))
     print(
         f"removed cluster {cluster}: its state and pending resources are gone; its policy link in PostgreSQL "
         "is kept, and a cluster that reports again is back"
     )
+    print(f"recorded in the audit log as entry {removal.audit_id}")
     return EXIT_OK
 
 

@@ -64,9 +64,11 @@ def _add_dead_letter_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "requeue",
         "publish dead letters again to where they were first published, and remove them from the queue",
         ops.cmd_dead_letters_requeue,
+        needs="policy-admin",
         description="Publish dead letters again to the exchange and routing key they were first published to, "
         "and remove them from the dead-letter queue. Only messages whose destination is known and whose body "
-        "is whole are sent; the others stay, and the command says why.",
+        "is whole are sent; the others stay, and the command says why. The policy-admin service does it for "
+        "an administrator (VMSCHED_ADMIN_USERS) and records it in the audit log (`vmsched audit`).",
     )
     s.add_argument("targets", nargs="*", metavar="N|ID", help="numbers in `list` or ids")
     s.add_argument("--all", action="store_true", help="every dead letter that can be sent again")
@@ -86,7 +88,8 @@ def _add_cluster_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         needs="state-tracker",
         description="Take a cluster out of vmsched: the state tracker deletes its state (hosts, VMs, settings) "
         "and pending resources, and the cluster is unknown until it reports again. Its policy link in "
-        "PostgreSQL and its stored decisions (until they expire) are kept.",
+        "PostgreSQL and its stored decisions (until they expire) are kept. The policy-admin service publishes "
+        "the removal for an administrator (VMSCHED_ADMIN_USERS) and records it in the audit log.",
     )
     s.add_argument("cluster", type=vmsched_id, help="the cluster's id")
     s.add_argument("--reason", default="", help="why, kept with the removal event")
@@ -101,6 +104,9 @@ def _add_cluster_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "take hosts out of a cluster: drop them and the VMs counted on them (a host that reports again is back)",
         ops.cmd_hosts_remove,
         needs="state-tracker",
+        description="Take hosts out of a cluster: the state tracker drops them and the VMs counted on them; a "
+        "host that reports again is back. The policy-admin service publishes the removal for an administrator "
+        "(VMSCHED_ADMIN_USERS) and records it in the audit log (`vmsched audit`).",
     )
     add_cluster(s)
     s.add_argument("hosts", nargs="+", type=vmsched_id, metavar="HOST", help="the hosts' ids")

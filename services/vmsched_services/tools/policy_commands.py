@@ -21,6 +21,7 @@ from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.settings import Settings
+from vmsched_services.tools.failures import remote_hint
 from vmsched_services.tools.inputs import NOVA_CONF_CAP, POLICY_CAP, read_bounded
 
 #: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
@@ -236,7 +237,7 @@ async def _history(args: argparse.Namespace, admin: PolicyClient) -> int:
     history = await admin.history(args.name)
     older = None
     for v in reversed(history.versions):
-        print(f"version {v.version}  {v.stored_at:%Y-%m-%d %H:%M:%S %Z}")
+        print(f"version {v.version}  {v.stored_at:%Y-%m-%d %H:%M:%S %Z}  by {v.author or 'unknown'}")
         for line in diff(older, v.document):
             print(f"    {line}")
         older = v.document
@@ -281,6 +282,8 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         return BAD_INPUT
     except RemoteError as exc:
         _say(f"vmsched policy: {exc.remote_code}: {exc}")
+        if exc.remote_code == "not_authorized":
+            _say(f"  {remote_hint(exc.remote_code)}")
         return REFUSED
 
 

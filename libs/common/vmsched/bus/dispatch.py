@@ -52,6 +52,10 @@ from vmsched.settings import Settings
 HEADER_DEADLINE = "x-deadline-ms"
 #: How many times a message was already tried and failed transiently (set on its retry copies).
 HEADER_ATTEMPTS = "x-vmsched-attempts"
+#: A retry copy's original sender. A service republishes a retry as itself (RabbitMQ refuses any
+#: other user_id), so the sender travels here, and is believed only on a copy the broker vouches the
+#: receiving service's own user sent (amqp.consumers.delivery_of); a requeue drops it.
+HEADER_SENDER = "x-vmsched-sender"
 #: On a dead letter whose body was cut: the body's size before, and that it was cut.
 HEADER_ORIGINAL_SIZE = "x-vmsched-original-size"
 HEADER_TRUNCATED = "x-vmsched-truncated"

@@ -25,6 +25,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from types import EllipsisType
 from typing import Any, TypeVar
 
 from yarl import URL
@@ -260,7 +261,8 @@ class _Consumer(Subscription):
 
 class MemoryBus(Bus):
     """A bus whose broker is in this process. What it publishes carries `user_id` as RabbitMQ's
-    would (the user of amqp_url unless given: a test plays another identity with it)."""
+    would: the user of amqp_url unless given (a test plays another identity with it, or None: a
+    sender that names none)."""
 
     def __init__(
         self,
@@ -268,10 +270,12 @@ class MemoryBus(Bus):
         broker: MemoryBroker | None = None,
         service: str = "client",
         *,
-        user_id: str | None = None,
+        user_id: str | EllipsisType | None = ...,
     ) -> None:
         self.settings = settings
-        self.user_id = user_id if user_id is not None else _url_user(settings.amqp_url)
+        #: Stamped on every request and event this bus sends, as the AMQP user_id property RabbitMQ
+        #: vouches for (None: none, as a sender that sets none); tests vary it to test authorization.
+        self.user_id: str | None = _url_user(settings.amqp_url) if isinstance(user_id, EllipsisType) else user_id
         self.broker = broker or MemoryBroker()
         self.service = service
         self.dispatcher = Dispatcher(settings, service)
@@ -409,12 +413,14 @@ class MemoryBus(Bus):
         return result
 
     def _send_again(self, dl: DeadLetter) -> bool:
-        """Put a dead letter back where it was published; False if nothing would take it."""
+        """Put a dead letter back where it was published; False if nothing would take it. It goes
+        naming no sender, as the AMQP requeue sends it: the requeuer does not vouch for whoever sent
+        it first, so a removal or administration request requeued is refused, not laundered."""
         headers = dl.requeue_headers()
         if dl.exchange == c.EVENTS_EXCHANGE:
             if not any(any(topic_matches(b, dl.routing_key) for b in q.bindings) for q in self.broker.queues.values()):
                 return False
-            self._route_event(dl.routing_key, dl.body, dl.type, headers, user_id=self.user_id)
+            self._route_event(dl.routing_key, dl.body, dl.type, headers)
             return True
         # The RPC exchange routes by route; the default exchange (a retry copy's) by queue name.
         queue = self.broker.routes.get(dl.routing_key) or self.broker.queues.get(dl.routing_key)
@@ -427,7 +433,6 @@ class MemoryBus(Bus):
             headers=headers,
             type=dl.type,
             exchange=dl.exchange or "",
-            user_id=self.user_id,
         )
         queue.messages.put_nowait(_Message(delivery))
         return True

@@ -1,6 +1,16 @@
 """Every message on the bus, as pydantic models. `contracts/` at the repository root is generated
 from these by `vmsched contracts`; changing a model means regenerating and committing it."""
 
+from vmsched.contracts.admin import (
+    AuditEntry,
+    AuditListing,
+    AuditQuery,
+    Removal,
+    RemoveCluster,
+    RemoveHosts,
+    RequeueDeadLetters,
+    RequeueReport,
+)
 from vmsched.contracts.balance import (
     MigrationDecision,
     PowerAction,
@@ -82,6 +92,9 @@ __all__ = [
     "AffinityRule",
     "ApplyPolicies",
     "ApplyReport",
+    "AuditEntry",
+    "AuditListing",
+    "AuditQuery",
     "Change",
     "ChangeAction",
     "ClonePolicy",
@@ -128,7 +141,12 @@ __all__ = [
     "PolicyVersion",
     "PowerAction",
     "PowerActionKind",
+    "Removal",
+    "RemoveCluster",
+    "RemoveHosts",
     "RequestKind",
+    "RequeueDeadLetters",
+    "RequeueReport",
     "ResyncComplete",
     "ResyncRequested",
     "RollbackPolicy",

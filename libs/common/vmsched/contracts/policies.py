@@ -22,6 +22,8 @@ PolicyName = Annotated[str, StringConstraints(min_length=1, max_length=128, patt
 #: A unit as a document names it. Looser than a unit name on purpose: a misspelled unit gets a
 #: "did you mean" from validation instead of a pattern error.
 UnitRef = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+#: Who did something: an AMQP user name as RabbitMQ allows it (any text), as the broker vouched for it.
+Actor = Annotated[str, StringConstraints(min_length=1, max_length=255)]
 
 MAX_UNITS = 256
 MAX_PROPERTIES = 256
@@ -202,6 +204,10 @@ class PolicyVersion(Message):
     version: Int = Field(ge=1, le=MAX_INT, description="The version number (the first is 1).")
     stored_at: datetime = Field(description="When it was stored: ISO 8601 date-time with a UTC offset.")
     document: PolicyDocument = Field(description="The policy as it was in this version.")
+    author: Actor | None = Field(
+        None,
+        description="The AMQP user that stored it; null: not recorded (a built-in, or stored before authors were).",
+    )
 
 
 class PolicyHistory(Message):
@@ -255,6 +261,7 @@ class UnitListing(Message):
 
 
 __all__ = [
+    "Actor",
     "ApplyPolicies",
     "ApplyReport",
     "Change",

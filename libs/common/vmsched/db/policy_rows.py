@@ -164,8 +164,9 @@ def _link_rows(policy: Policy) -> list[tuple[object, ...]]:
     ]
 
 
-async def write_policy(conn: Connection, policy: Policy) -> None:
-    """Insert or overwrite the policy row (is_default aside) and replace its links; in a transaction."""
+async def write_policy(conn: Connection, policy: Policy, *, author: str | None = None) -> None:
+    """Insert or overwrite the policy row (is_default aside) and replace its links; in a transaction.
+    A new version names `author` (the AMQP user that asked; None: not known, as for built-ins)."""
     # Checked up front: after a foreign-key error the transaction is unusable for a useful message.
     names = unit_names(policy)
     known = {r["name"] for r in await conn.fetch("SELECT name FROM policy_unit WHERE name = ANY($1)", names)}
@@ -197,11 +198,13 @@ async def write_policy(conn: Connection, policy: Policy) -> None:
         )
         if changed:
             await conn.execute(
-                """INSERT INTO policy_version (policy_id, version, document) VALUES ($1, $2, $3)
-                   ON CONFLICT (policy_id, version) DO UPDATE SET document = EXCLUDED.document""",
+                """INSERT INTO policy_version (policy_id, version, document, author) VALUES ($1, $2, $3, $4)
+                   ON CONFLICT (policy_id, version) DO UPDATE SET document = EXCLUDED.document,
+                       author = EXCLUDED.author""",
                 policy.id,
                 version,
                 document.model_dump(mode="json"),
+                author,
             )
         await conn.execute("DELETE FROM policy_unit_link WHERE policy_id = $1", policy.id)
         await conn.executemany(

@@ -12,14 +12,16 @@ row names no policy), with the row's property overrides merged over the policy's
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID, uuid4
 
 import asyncpg
 from pydantic import BaseModel, ConfigDict, Field
 
 from vmsched.contracts.policies import PolicyDocument
+from vmsched.db.audit import AuditRecord, write_audit
 from vmsched.db.catalogue import ensure_units
 from vmsched.db.policy_rows import (
     default_policy_id,
@@ -57,6 +59,16 @@ class ClusterSettings(BaseModel):
     properties: dict[str, str] = Field(default_factory=dict)
     ha_reservation: bool = False
     updated_at: datetime | None = None
+
+
+class StoredVersion(NamedTuple):
+    """One stored version of a policy (policy_version row)."""
+
+    version: int
+    stored_at: datetime
+    document: PolicyDocument
+    #: The AMQP user that stored it; None: not recorded (built-ins, versions older than 0006_audit).
+    author: str | None
 
 
 # ---------------------------------------------------------------------------------- repository
@@ -125,7 +137,7 @@ class PolicyRepository:
         async with self._pool.acquire() as conn, conn.transaction():
             return await self._create(conn, policy)
 
-    async def _create(self, conn: Connection, policy: Policy) -> Policy:
+    async def _create(self, conn: Connection, policy: Policy, author: str | None = None) -> Policy:
         self._validate(policy)
         if policy.locked:
             raise InvalidRequest("only built-in policies are locked", location="locked")
@@ -134,7 +146,7 @@ class PolicyRepository:
         if await conn.fetchval("SELECT 1 FROM policy WHERE id = $1", policy.id):
             raise PolicyExists(f"a policy with id {policy.id} exists", location="id")
         await ensure_units(conn, policy, self._registry)
-        await write_policy(conn, policy)
+        await write_policy(conn, policy, author=author)
         return await self._load_existing(conn, policy.id)
 
     async def update(self, policy: Policy) -> Policy:
@@ -145,7 +157,7 @@ class PolicyRepository:
         async with self._pool.acquire() as conn, conn.transaction():
             return await self._update(conn, policy)
 
-    async def _update(self, conn: Connection, policy: Policy) -> Policy:
+    async def _update(self, conn: Connection, policy: Policy, author: str | None = None) -> Policy:
         self._validate(policy)
         row = await resolve_policy(conn, policy.id, for_update=True)
         if row["is_locked"]:
@@ -155,12 +167,12 @@ class PolicyRepository:
         if policy.is_default != row["is_default"]:
             raise InvalidRequest("the default policy is chosen with set_default", location="is_default")
         await ensure_units(conn, policy, self._registry)
-        await write_policy(conn, policy)
+        await write_policy(conn, policy, author=author)
         return await self._load_existing(conn, policy.id)
 
-    async def delete(self, policy_id: UUID | str) -> None:
+    async def delete(self, policy_id: UUID | str, *, audit: Sequence[AuditRecord] = ()) -> None:
         """Delete a policy; PolicyLocked for built-ins, PolicyInUse while clusters use it or it is
-        the default."""
+        the default. `audit` rows are stored with the deletion (in its transaction)."""
         async with self._pool.acquire() as conn, conn.transaction():
             row = await resolve_policy(conn, policy_id, for_update=True)
             if row["is_locked"]:
@@ -174,9 +186,19 @@ class PolicyRepository:
                 names = ", ".join(c["cluster_id"] for c in clusters)
                 raise PolicyInUse(f"policy {policy_id!s} is used by clusters {names}", location="policy")
             await conn.execute("DELETE FROM policy WHERE id = $1", row["id"])
+            await write_audit(conn, audit)
 
-    async def clone(self, source: UUID | str, new_name: str, *, description: str | None = None) -> Policy:
-        """An unlocked, non-default copy of a stored policy (built-ins included) under a new name."""
+    async def clone(
+        self,
+        source: UUID | str,
+        new_name: str,
+        *,
+        description: str | None = None,
+        author: str | None = None,
+        audit: Callable[[Policy], Sequence[AuditRecord]] | None = None,
+    ) -> Policy:
+        """An unlocked, non-default copy of a stored policy (built-ins included) under a new name,
+        its first version by `author`; the rows `audit` makes of the copy are stored with it."""
         async with self._pool.acquire() as conn, conn.transaction():
             row = await resolve_policy(conn, source)
             original = await self._load_existing(conn, row["id"])
@@ -192,8 +214,11 @@ class PolicyRepository:
             )
             # No registry check: the source's units are already stored, and a clone must be possible
             # even while the running code lacks one of them.
-            await write_policy(conn, copy)
-            return await self._load_existing(conn, copy.id)
+            await write_policy(conn, copy, author=author)
+            stored = await self._load_existing(conn, copy.id)
+            if audit is not None:
+                await write_audit(conn, audit(stored))
+            return stored
 
     async def set_default(self, policy_id: UUID | str) -> Policy:
         """Make a policy (locked or not) the one clusters without their own choice run."""
@@ -229,17 +254,24 @@ class PolicyRepository:
         self,
         policies: Sequence[Policy],
         clusters: Sequence[tuple[str, str, Mapping[str, str], bool]],
+        *,
+        author: str | None = None,
+        audit: Callable[[builtins.list[Policy]], Sequence[AuditRecord]] | None = None,
     ) -> builtins.list[Policy]:
-        """Store `policies` (created when their id is new, else updated) and attach clusters
-        (cluster id, policy name, property overrides, HA reservation), all in one transaction:
-        either everything is stored or, on the first refusal, nothing is. The stored policies, in order."""
+        """Store `policies` (created when their id is new, else updated; new versions by `author`)
+        and attach clusters (cluster id, policy name, property overrides, HA reservation), with the
+        rows `audit` makes of the stored policies, all in one transaction: either everything is
+        stored or, on the first refusal, nothing is. The stored policies, in order."""
         async with self._pool.acquire() as conn, conn.transaction():
             stored = []
             for policy in policies:
                 exists = await conn.fetchval("SELECT 1 FROM policy WHERE id = $1", policy.id)
-                stored.append(await (self._update(conn, policy) if exists else self._create(conn, policy)))
+                write = self._update if exists else self._create
+                stored.append(await write(conn, policy, author))
             for cluster_id, name, properties, ha_reservation in clusters:
                 await self._set_cluster_policy(conn, cluster_id, name, properties, ha_reservation)
+            if audit is not None:
+                await write_audit(conn, audit(stored))
             return stored
 
     async def _set_cluster_policy(
@@ -276,21 +308,29 @@ class PolicyRepository:
         )
         return ClusterSettings(**dict(row))
 
-    async def clear_cluster(self, cluster_id: str) -> bool:
-        """Forget a cluster's settings (it then runs the default policy); True if it had a row."""
-        async with self._pool.acquire() as conn:
+    async def clear_cluster(self, cluster_id: str, *, audit: Sequence[AuditRecord] = ()) -> bool:
+        """Forget a cluster's settings (it then runs the default policy); True if it had a row.
+        `audit` rows are stored with the change (in its transaction), and only if there was one."""
+        async with self._pool.acquire() as conn, conn.transaction():
             status: str = await conn.execute("DELETE FROM cluster_policy WHERE cluster_id = $1", cluster_id)
-        return status != "DELETE 0"
+            had = status != "DELETE 0"
+            if had:
+                await write_audit(conn, audit)
+        return had
 
-    async def history(self, policy_id_or_name: UUID | str) -> builtins.list[tuple[int, datetime, PolicyDocument]]:
-        """The stored versions of a policy, newest first: (version, when stored, its document)."""
+    async def history(self, policy_id_or_name: UUID | str) -> builtins.list[StoredVersion]:
+        """The stored versions of a policy, newest first."""
         async with self._pool.acquire() as conn:
             row = await resolve_policy(conn, policy_id_or_name)
             rows = await conn.fetch(
-                "SELECT version, stored_at, document FROM policy_version WHERE policy_id = $1 ORDER BY version DESC",
+                """SELECT version, stored_at, document, author FROM policy_version WHERE policy_id = $1
+                   ORDER BY version DESC""",
                 row["id"],
             )
-        return [(r["version"], r["stored_at"], PolicyDocument.model_validate(r["document"])) for r in rows]
+        return [
+            StoredVersion(r["version"], r["stored_at"], PolicyDocument.model_validate(r["document"]), r["author"])
+            for r in rows
+        ]
 
     async def clusters(self) -> builtins.list[tuple[ClusterSettings, str]]:
         """Every cluster with settings of its own, by id, with the name of the policy it runs."""
@@ -337,4 +377,4 @@ class PolicyRepository:
                 validate_properties(unit, properties)
 
 
-__all__ = ["ClusterSettings", "PolicyRepository"]
+__all__ = ["ClusterSettings", "PolicyRepository", "StoredVersion"]

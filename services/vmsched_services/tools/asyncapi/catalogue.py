@@ -9,6 +9,15 @@ from __future__ import annotations
 from typing import Any
 
 from vmsched import constants as c
+from vmsched.contracts.admin import (
+    AuditListing,
+    AuditQuery,
+    Removal,
+    RemoveCluster,
+    RemoveHosts,
+    RequeueDeadLetters,
+    RequeueReport,
+)
 from vmsched.contracts.balance import (
     MigrationDecision,
     PowerAction,
@@ -116,6 +125,31 @@ RPCS: list[tuple[str, str, type[Message], type[Message], str, str]] = [
         "Store an earlier version of a policy again, as a new version.",
     ),
     ("unitsList", c.RPC_UNITS_LIST, UnitQuery, UnitListing, "policy-admin", "The units policies can name."),
+    (
+        "clustersRemove",
+        c.RPC_CLUSTERS_REMOVE,
+        RemoveCluster,
+        Removal,
+        "policy-admin",
+        "Take a cluster out (administrators only; audited): publishes ClusterRemoved.",
+    ),
+    (
+        "hostsRemove",
+        c.RPC_HOSTS_REMOVE,
+        RemoveHosts,
+        Removal,
+        "policy-admin",
+        "Take hosts out of a cluster (administrators only; audited): publishes HostRemoved.",
+    ),
+    (
+        "deadLettersRequeue",
+        c.RPC_DEAD_LETTERS_REQUEUE,
+        RequeueDeadLetters,
+        RequeueReport,
+        "policy-admin",
+        "Send dead letters again where they were first published (administrators only; audited).",
+    ),
+    ("auditRead", c.RPC_AUDIT, AuditQuery, AuditListing, "policy-admin", "The newest audit log rows."),
     (
         "haCheck",
         c.RPC_HA_CHECK,

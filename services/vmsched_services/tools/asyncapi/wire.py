@@ -10,7 +10,13 @@ from typing import Any
 from vmsched import constants as c
 from vmsched.bus.amqp import REPLY_TO
 from vmsched.bus.codec import CONTENT_TYPE
-from vmsched.bus.dispatch import HEADER_ATTEMPTS, HEADER_DEADLINE, HEADER_ORIGINAL_SIZE, HEADER_TRUNCATED
+from vmsched.bus.dispatch import (
+    HEADER_ATTEMPTS,
+    HEADER_DEADLINE,
+    HEADER_ORIGINAL_SIZE,
+    HEADER_SENDER,
+    HEADER_TRUNCATED,
+)
 
 #: What the AMQP binding objects of this document follow.
 BINDING = "0.3.0"
@@ -27,6 +33,12 @@ _ATTEMPTS = _header(
     "integer",
     "Set by vmsched on the copy of a message it puts back on its queue after a transient failure (a "
     "dependency such as Redis was away): how many attempts failed so far. Publishers never set it.",
+)
+_SENDER = _header(
+    "string",
+    "Set by vmsched on a retry copy, which it publishes as its own AMQP user: the user_id of the message "
+    "it copies (empty: none), believed only on a copy whose user_id is the receiving service's own user. "
+    "Publishers never set it; a requeued dead letter goes without it.",
 )
 _ORIGINAL_KEY = _header(
     "string",
@@ -63,6 +75,7 @@ TRAITS: dict[str, dict[str, Any]] = {
                     set_by="publisher",
                 ),
                 HEADER_ATTEMPTS: _ATTEMPTS,
+                HEADER_SENDER: _SENDER,
                 c.HEADER_DLX_ROUTING_KEY: _ORIGINAL_KEY,
                 c.HEADER_DLX_EXCHANGE: _ORIGINAL_EXCHANGE,
             },
@@ -121,6 +134,7 @@ TRAITS: dict[str, dict[str, Any]] = {
             "type": "object",
             "properties": {
                 HEADER_ATTEMPTS: _ATTEMPTS,
+                HEADER_SENDER: _SENDER,
                 c.HEADER_DLX_ROUTING_KEY: _ORIGINAL_KEY,
                 c.HEADER_DLX_EXCHANGE: _ORIGINAL_EXCHANGE,
             },

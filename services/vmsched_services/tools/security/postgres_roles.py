@@ -70,6 +70,8 @@ def roles_sql(passwords: Mapping[str, str], *, database: str = "vmsched") -> str
             lines += [
                 f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {name};",
                 f"REVOKE INSERT, UPDATE, DELETE ON schema_migrations FROM {name};",
+                # The audit log is append-only: policy-admin only ever inserts into it.
+                f"REVOKE UPDATE, DELETE, TRUNCATE ON audit_log FROM {name};",
                 f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO {name};",
             ]
     return "\n".join(lines) + "\n"

@@ -28,7 +28,7 @@ from vmsched import constants as c
 from vmsched.bus.amqp.connection import BrokerLink
 from vmsched.bus.base import Subscription
 from vmsched.bus.codec import CONTENT_TYPE
-from vmsched.bus.dispatch import Delivery, Transport
+from vmsched.bus.dispatch import HEADER_SENDER, Delivery, Transport
 from vmsched.errors import NoConsumer
 
 #: Bound on cancelling a consumer (a robust channel waits for a lost connection to come back).
@@ -41,9 +41,17 @@ class AmqpTransport(Transport):
     """The dispatcher's primitives on one delivery; each publish waits for the broker's confirm."""
 
     def __init__(
-        self, ch: AbstractChannel, dlx: AbstractExchange, queue: str, message: AbstractIncomingMessage, bound_s: float
+        self,
+        ch: AbstractChannel,
+        dlx: AbstractExchange,
+        queue: str,
+        message: AbstractIncomingMessage,
+        bound_s: float,
+        user: str | None = None,
     ) -> None:
         self.ch, self.dlx, self.queue, self.message, self.bound_s = ch, dlx, queue, message, bound_s
+        #: The user this service connects as (the retry copy's user_id).
+        self.user = user
 
     async def reply(self, body: bytes, *, type_: str, error: bool) -> None:
         async with asyncio.timeout(self.bound_s):
@@ -78,10 +86,12 @@ class AmqpTransport(Transport):
     async def retry(self, headers: dict[str, Any]) -> None:
         m = self.message
         async with asyncio.timeout(self.bound_s):
+            sender = delivery_of(self.queue, m, self.user).user_id
             result = await self.ch.default_exchange.publish(
                 aio_pika.Message(
                     m.body,
-                    headers=headers,
+                    headers={**headers, HEADER_SENDER: sender or ""},  # "": the original named none
+                    user_id=self.user,
                     content_type=m.content_type,
                     type=m.type,
                     correlation_id=m.correlation_id,
@@ -103,8 +113,13 @@ class AmqpTransport(Transport):
             await self.message.reject(requeue=False)
 
 
-def delivery_of(queue: str, message: AbstractIncomingMessage) -> Delivery:
-    """What the dispatcher reads of an incoming message."""
+def delivery_of(queue: str, message: AbstractIncomingMessage, own_user: str | None = None) -> Delivery:
+    """What the dispatcher reads of an incoming message. Its sender is its user_id, or on a retry
+    copy this service (`own_user`) sent itself, the original sender that copy carries."""
+    user_id = message.user_id
+    carried = (message.headers or {}).get(HEADER_SENDER)
+    if own_user is not None and user_id == own_user and isinstance(carried, str):
+        user_id = carried or None
     return Delivery(
         queue=queue,
         body=message.body,
@@ -114,7 +129,7 @@ def delivery_of(queue: str, message: AbstractIncomingMessage) -> Delivery:
         type=message.type,
         reply_to=message.reply_to,
         correlation_id=message.correlation_id,
-        user_id=message.user_id,
+        user_id=user_id,
     )
 
 

@@ -109,8 +109,10 @@ class Events:
                 queue_name = q.name
 
                 async def on_message(message: AbstractIncomingMessage) -> None:
-                    transport = AmqpTransport(ch, dlx, queue_name, message, bound_s)
-                    await self.dispatcher.event(delivery_of(queue_name, message), transport, by_name, handler)
+                    transport = AmqpTransport(ch, dlx, queue_name, message, bound_s, self.link.user_id)
+                    await self.dispatcher.event(
+                        delivery_of(queue_name, message, self.link.user_id), transport, by_name, handler
+                    )
 
                 tag = await q.consume(on_message)
         except aiormq.exceptions.ChannelAccessRefused as exc:

@@ -91,7 +91,7 @@ async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = N
                 if wanted is not None and dl.id not in wanted:
                     held.append(msg)
                     continue
-                why = dl.unrequeueable(exchanges) or await _send_again(ch, dl, link.user_id)
+                why = dl.unrequeueable(exchanges) or await _send_again(ch, dl)
                 if why is None:
                     await msg.ack()
                     result.requeued.append(dl.id)
@@ -107,9 +107,10 @@ async def requeue_dead_letters(link: BrokerLink, ids: Collection[str] | None = N
     return result
 
 
-async def _send_again(ch: AbstractChannel, dl: DeadLetter, user_id: str | None) -> str | None:
-    """Publish a dead letter where it was first published (confirmed), as sent by `user_id` (the one
-    who requeues it: the broker refuses the first sender's); why not, if it was returned."""
+async def _send_again(ch: AbstractChannel, dl: DeadLetter) -> str | None:
+    """Publish a dead letter where it was first published (confirmed), naming no sender: whoever
+    requeues it does not vouch for whoever sent it first, so a removal or an administration request
+    requeued is refused again, not laundered. Why not, if it was returned."""
     exchange = ch.default_exchange if not dl.exchange else await ch.get_exchange(dl.exchange, ensure=False)
     returned = await exchange.publish(
         aio_pika.Message(
@@ -118,7 +119,6 @@ async def _send_again(ch: AbstractChannel, dl: DeadLetter, user_id: str | None) 
             content_type=CONTENT_TYPE,
             type=dl.type,
             delivery_mode=DeliveryMode.PERSISTENT,
-            user_id=user_id,
         ),
         routing_key=dl.routing_key,
         mandatory=True,

@@ -253,8 +253,10 @@ async def serve(
                 await queue.bind(exchange, routing_key=route)
 
             async def on_message(message: AbstractIncomingMessage) -> None:
-                transport = AmqpTransport(ch, dlx, queue_name, message, bound_s)
-                await dispatcher.request(delivery_of(queue_name, message), transport, request_type, handler)
+                transport = AmqpTransport(ch, dlx, queue_name, message, bound_s, link.user_id)
+                await dispatcher.request(
+                    delivery_of(queue_name, message, link.user_id), transport, request_type, handler
+                )
 
             tag = await queue.consume(on_message)
     except (*BROKER_ERRORS, TimeoutError) as exc:

@@ -99,7 +99,7 @@ class SharedEventQueue:
         bound_s = link.settings.rpc_timeout_s
 
         async def on_message(message: AbstractIncomingMessage) -> None:
-            delivery = delivery_of(name, message)
+            delivery = delivery_of(name, message, link.user_id)
             readers = [r for r in self._readers if r.reads(delivery.original_routing_key)]
             if not readers:
                 await message.ack()
@@ -111,7 +111,7 @@ class SharedEventQueue:
                     if type(event).__name__ in r.models:
                         await r.handler(event)
 
-            transport = AmqpTransport(ch, dlx, name, message, bound_s)
+            transport = AmqpTransport(ch, dlx, name, message, bound_s, link.user_id)
             await self.dispatcher.event(delivery, transport, models, handle)
 
         tag = await queue.consume(on_message)
