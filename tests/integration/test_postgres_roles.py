@@ -69,7 +69,9 @@ async def test_only_policy_admin_writes_policies(server: PrivatePostgres, role: 
         await conn.close()
 
 
-async def test_policy_admin_writes_policies_but_neither_the_migrations_record_nor_past_audit(server: PrivatePostgres) -> None:
+async def test_policy_admin_writes_policies_but_neither_the_migrations_record_nor_past_audit(
+    server: PrivatePostgres,
+) -> None:
     conn = await asyncpg.connect(as_role(server, "policy-admin"))
     try:
         async with conn.transaction():

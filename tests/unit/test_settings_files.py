@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from vmsched.errors import SettingsFileError
 from vmsched.health import MetricsServers
 from vmsched.logging import SECRETS
-from vmsched.settings import Settings, SettingsFileError, VariableFileSource, redacted_url, url_passwords
+from vmsched.settings import Settings, VariableFileSource, redacted_url, url_passwords
 from vmsched_services.tools.cli import main
 from vmsched_services.tools.clikit import EXIT_USAGE, settings
 from vmsched_services.tools.servers.base import free_port

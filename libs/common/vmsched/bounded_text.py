@@ -29,10 +29,9 @@ MAX_DEPTH = 32
 Format = Literal["json", "yaml"]
 
 
-class _Refused(yaml.YAMLError):
-    def __init__(self, what: str, mark: Any) -> None:
-        super().__init__(what)
-        self.what, self.mark = what, mark
+def _refused(what: str, mark: Any) -> InvalidRequest:
+    """A refusal raised from inside the parser (not a YAMLError: it passes through PyYAML as it is)."""
+    return InvalidRequest(f"line {mark.line + 1} column {mark.column + 1}: {what}")
 
 
 class _Bounded(Composer):
@@ -44,12 +43,12 @@ class _Bounded(Composer):
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         event = self.peek_event()
         if isinstance(event, AliasEvent):
-            raise _Refused(f"an alias (*{event.anchor}): aliases and anchors are not accepted", event.start_mark)
+            raise _refused(f"an alias (*{event.anchor}): aliases and anchors are not accepted", event.start_mark)
         if not isinstance(event, SequenceStartEvent | MappingStartEvent):
             return super().compose_node(parent, index)
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise _Refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
+            raise _refused(f"nested more than {MAX_DEPTH} levels deep", event.start_mark)
         try:
             return super().compose_node(parent, index)
         finally:
@@ -86,8 +85,8 @@ def load_yaml(text: str, source: str) -> Any:
     loader = _Loader(text)
     try:
         return loader.get_single_data()
-    except _Refused as exc:
-        raise InvalidRequest(f"{source}: line {exc.mark.line + 1} column {exc.mark.column + 1}: {exc.what}") from None
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{source}: {exc.message}") from None
     except yaml.YAMLError as exc:
         raise InvalidRequest(f"{source}: not valid YAML: {exc}") from None
     except ValueError as exc:  # a scalar YAML resolves but Python refuses (an int of 5,000 digits)

@@ -39,6 +39,7 @@
     └── CommandError
         ├── NotFound
         └── UsageError
+    SettingsFileError             (also a ValueError)
 
 Each carries a stable `code` (the `code` of the ErrorReply / ErrorInfo it becomes on the wire) and,
 where it defines its own code, a `meaning`: one line saying what that code means, which
@@ -398,6 +399,14 @@ class UsageError(CommandError):
     meaning = "its input is wrong (an option, a file, a setting)"
 
 
+class SettingsFileError(VmschedError, ValueError):
+    """A VMSCHED_<NAME>_FILE that cannot be used: the message names the variable and the path, never
+    what the file holds. Also a ValueError, as pydantic-settings' own refusals are."""
+
+    code = "settings_file"
+    meaning = "a VMSCHED_<NAME>_FILE cannot be read, or is set beside VMSCHED_<NAME>"
+
+
 __all__ = [
     "BusError",
     "BusUnavailable",
@@ -430,6 +439,7 @@ __all__ = [
     "RpcTimeout",
     "SchedulingError",
     "ServerUnavailable",
+    "SettingsFileError",
     "StaleState",
     "StateConflict",
     "StateResyncing",

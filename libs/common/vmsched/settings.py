@@ -14,6 +14,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from vmsched.errors import SettingsFileError
+
 #: The schemes each server URL may have, and what a right URL looks like (for the message).
 URL_FORMS: dict[str, tuple[tuple[str, ...], str]] = {
     "amqp": (("amqp", "amqps"), "amqp://user:password@host:5672/ (or amqps://... for TLS, port 5671)"),
@@ -375,11 +377,6 @@ def _secrets_of(settings: BaseSettings) -> frozenset[str]:
 
 
 # ---------------------------------------------------------------- VMSCHED_<NAME>_FILE
-class SettingsFileError(ValueError):
-    """A VMSCHED_<NAME>_FILE that cannot be used: the message names the variable and the path, never
-    what the file holds."""
-
-
 class VariableFileSource(PydanticBaseSettingsSource):
     """Each setting read from the file `VMSCHED_<NAME>_FILE` names, as Docker and Kubernetes mount
     secrets (`/run/secrets/...`): the file's text less its trailing newline. Refused

@@ -55,8 +55,9 @@ def settings() -> Settings:
     """
     from pydantic import ValidationError
 
+    from vmsched.errors import SettingsFileError
     from vmsched.logging import SECRETS
-    from vmsched.settings import Settings, SettingsFileError
+    from vmsched.settings import Settings
 
     try:
         found = Settings()
