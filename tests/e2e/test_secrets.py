@@ -67,6 +67,7 @@ class Servers:
             postgres_url=f"postgresql://postgres:{pg}@127.0.0.1:{self.postgres.port}/vmsched",
             redis_sentinel_password=RIGHT["sentinel"],
             amqp_prefix=f"secrets-{TAG}.",
+            admin_users=AMQP_USER,  # it applies a policy too
             log_level="INFO",  # more lines, more chances to leak
             **changes,  # type: ignore[arg-type]
         )

@@ -8,6 +8,7 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import aio_pika
 
@@ -83,6 +84,10 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
             await redis.aclose()
 
 
+def _amqp_user(url: str) -> str:
+    return urlsplit(url).username or "guest"
+
+
 async def _start(names: list[str], settings: Settings, stop: asyncio.Event) -> asyncio.Task[None]:
     await migrate(settings.postgres_url)  # the selector reads policies; idempotent
     quiet = settings.model_copy(
@@ -95,6 +100,10 @@ async def _start(names: list[str], settings: Settings, stop: asyncio.Event) -> a
             # The simulated engine never waits for pending resources to free (it has none but its
             # migrations'): an unplaceable VM is answered at once instead of after a bounded wait.
             "pending_wait_s": 0.0,
+            # The command attaches its policy to its clusters and removes them after: the services
+            # it runs itself take its own user (whoever runs the whole stack) as an administrator.
+            # Services already running elsewhere decide for themselves (VMSCHED_ADMIN_USERS).
+            "admin_users": ",".join(filter(None, (settings.admin_users, _amqp_user(settings.amqp_url)))),
         }
     )
     ready = asyncio.Event()
