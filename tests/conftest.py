@@ -21,7 +21,7 @@ from tests import servers
 from vmsched.client import SchedulerClient
 from vmsched.logging import configure
 from vmsched.settings import Settings
-from vmsched_services.tools.procs import delete_broker_objects
+from vmsched_services.tools.procs import delete_broker_objects, delete_prefixed
 
 if TYPE_CHECKING:
     from vmsched.client import SchedulerClient
@@ -63,6 +63,8 @@ async def settings(run_id: str, server_urls: servers.Servers) -> AsyncIterator[S
     cfg = _settings(run_id, server_urls)
     yield cfg
     await delete_broker_objects(cfg)
+    # And whatever the run's tests made under prefixes of their own (test-<run>.away-..., dl-q-...).
+    await delete_prefixed(cfg, f"test-{run_id}")
 
 
 def _settings(run_id: str, server_urls: servers.Servers) -> Settings:

@@ -39,6 +39,7 @@ from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
 from vmsched_services.runner import BusFactory, run
+from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.servers.base import TlsListener
 from vmsched_services.tools.servers.rabbit import RabbitNode
 
@@ -112,6 +113,17 @@ async def client(stack: Settings, buses: Buses) -> AsyncIterator[SchedulerClient
     """A SchedulerClient (the engine's side) on the services of the module's `stack`, on the same bus."""
     async with buses.client(stack) as cl:
         yield cl
+
+
+@pytest.fixture
+async def delete_after() -> AsyncIterator[list[Settings]]:
+    """Settings whose exchanges and queues go when the test ends: a test that runs services under a
+    prefix of its own appends them (each quorum queue left behind weighs on the broker until the
+    run's end)."""
+    made: list[Settings] = []
+    yield made
+    for cfg in made:
+        await delete_broker_objects(cfg)
 
 
 @pytest.fixture

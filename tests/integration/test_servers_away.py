@@ -85,7 +85,7 @@ async def private_redis(tmp_path: Path) -> AsyncIterator[PrivateRedis]:
 
 
 async def test_services_stop_consuming_while_redis_is_away_and_nothing_is_answered_internal(
-    settings: Settings, database: str, private_redis: PrivateRedis, unique: str
+    settings: Settings, database: str, private_redis: PrivateRedis, unique: str, delete_after: list[Settings]
 ) -> None:
     cfg = settings.model_copy(
         update={
@@ -97,6 +97,7 @@ async def test_services_stop_consuming_while_redis_is_away_and_nothing_is_answer
             "health_timeout_s": 0.5,
         }
     )
+    delete_after.append(cfg)
     await migrate(database)
     queue = schedule_queue(cfg)
     cluster = f"away-{unique}"
@@ -158,7 +159,7 @@ def staleness() -> float:
 
 
 async def test_decisions_go_on_from_cached_policies_while_postgres_is_away(
-    settings: Settings, private_postgres: PrivatePostgres, unique: str
+    settings: Settings, private_postgres: PrivatePostgres, unique: str, delete_after: list[Settings]
 ) -> None:
     await migrate(private_postgres.dsn)
     cfg = settings.model_copy(
@@ -171,6 +172,7 @@ async def test_decisions_go_on_from_cached_policies_while_postgres_is_away(
             "rpc_timeout_s": 15.0,
         }
     )
+    delete_after.append(cfg)
     seen, never = f"seen-{unique}", f"never-{unique}"
     async with (
         services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "policy-admin"),
@@ -213,9 +215,10 @@ async def test_decisions_go_on_from_cached_policies_while_postgres_is_away(
 
 # ---------------------------------------------------------------------------------------- pausing on RabbitMQ
 async def test_a_paused_consumer_finishes_what_it_holds_and_another_instance_takes_the_rest(
-    settings: Settings, unique: str
+    settings: Settings, unique: str, delete_after: list[Settings]
 ) -> None:
     cfg = settings.model_copy(update={"amqp_prefix": f"{settings.amqp_prefix}pause-{unique}."})
+    delete_after.append(cfg)
     route = f"pause-{unique}"
     answered: list[str] = []
     holding = asyncio.Event()

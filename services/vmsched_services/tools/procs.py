@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import aio_pika
 
@@ -422,17 +423,52 @@ def local_server_pids() -> dict[str, int]:
 async def delete_broker_objects(settings: Settings) -> None:
     """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
 
-    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.ENGINE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
     exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
+    prefix = settings.amqp_prefix
+    await _delete(settings, [prefix + q for q in queues], [prefix + x for x in exchanges])
+
+
+async def delete_prefixed(settings: Settings, prefix: str) -> int:
+    """Delete every queue and exchange whose name starts with `prefix` (a test run's, with every
+    sub-prefix its tests made), listed by the local node's rabbitmqctl; how many queues went.
+
+    Each quorum queue is a Raft group of its own: hundreds left behind by runs slow a small
+    broker's boot and, past some point, its accepting connections at all. Only where the broker of
+    `settings` is the local one (127.0.0.1:5672) and rabbitmqctl answers; 0 otherwise.
+    """
+    url = urlsplit(settings.amqp_url)
+    if not prefix or url.hostname not in ("127.0.0.1", "localhost") or (url.port or 5672) != 5672:
+        return 0
+    queues = [q for q in await _ctl_names("list_queues") if q.startswith(prefix)]
+    exchanges = [x for x in await _ctl_names("list_exchanges") if x.startswith(prefix)]
+    await _delete(settings, queues, exchanges)
+    return len(queues)
+
+
+async def _ctl_names(command: str) -> list[str]:
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            "rabbitmqctl", command, "name", "-q", "--no-table-headers",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            out, _ = await proc.communicate()
+    except (OSError, TimeoutError):
+        return []
+    return out.decode(errors="replace").split() if proc.returncode == 0 else []
+
+
+async def _delete(settings: Settings, queues: list[str], exchanges: list[str]) -> None:
     conn = await aio_pika.connect(settings.amqp_url)
     try:
         for name in queues:
             ch = await conn.channel()  # a failed delete closes the channel: one per object
             with contextlib.suppress(Exception):
-                await ch.queue_delete(settings.amqp_prefix + name)
+                await ch.queue_delete(name)
         for name in exchanges:
             ch = await conn.channel()
             with contextlib.suppress(Exception):
-                await ch.exchange_delete(settings.amqp_prefix + name)
+                await ch.exchange_delete(name)
     finally:
         await conn.close()

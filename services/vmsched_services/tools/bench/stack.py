@@ -14,6 +14,7 @@ from vmsched.scheduling.policy import DEFAULT_POLICY, Policy
 from vmsched.settings import Settings
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.bench.data import host_reports
+from vmsched_services.tools.procs import delete_broker_objects
 
 
 async def attach(repo: PolicyRepository, clusters: list[str], policy: Policy) -> None:
@@ -47,12 +48,15 @@ async def report_clusters(client: SchedulerClient, rng: random.Random, clusters:
 
 
 async def cleanup(settings: Settings) -> None:
+    """Delete the run's Redis keys and its exchanges and queues (every quorum queue left behind
+    weighs on the broker)."""
     redis = connect_redis(settings)
     try:
         async for key in redis.scan_iter(match=f"{settings.redis_prefix}:*", count=1000):
             await redis.delete(key)
     finally:
         await redis.aclose()
+    await delete_broker_objects(settings)
 
 
 __all__ = ["attach", "cleanup", "detach", "report_clusters"]
