@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import aio_pika
+
 from vmsched.bus import connect as connect_bus
 from vmsched.contracts import ClusterReport, ClusterState, StateRequest
 from vmsched.recovery import Recovery
@@ -9,6 +13,17 @@ from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.bench.timing import timed
+
+
+async def delete_queue(settings: Settings, name: str) -> None:
+    """Delete the (prefixed) queue `name`: the echo's queue outlives its consumer otherwise."""
+    conn = await aio_pika.connect(settings.amqp_url)
+    try:
+        ch = await conn.channel()
+        with contextlib.suppress(Exception):
+            await ch.queue_delete(settings.amqp_prefix + name)
+    finally:
+        await conn.close()
 
 
 async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
@@ -35,6 +50,7 @@ async def bench_hop(settings: Settings, calls: int) -> dict[str, float]:
     finally:
         await client.close()
         await server.close()
+        await delete_queue(settings, "vmsched.bench-echo")
 
 
 async def bench_lock(settings: Settings, rounds: int) -> dict[str, float]:
