@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import aio_pika
 import pytest
@@ -18,6 +19,7 @@ from vmsched.bus.amqp import AmqpBus
 from vmsched.bus.codec import CONTENT_TYPE, encode
 from vmsched.client import SchedulerClient
 from vmsched.contracts import HostReport
+from vmsched.db import migrate
 from vmsched.settings import Settings
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
@@ -27,7 +29,9 @@ DeadLetterRow = tuple[str, str, bytes]
 
 
 @pytest.fixture(scope="module")
-async def stack(bus_settings: Settings, buses: Buses) -> AsyncIterator[Settings]:
+async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
+    # The state tracker numbers generations in PostgreSQL: the module runs on its own too.
+    await migrate(database)
     async with services(bus_settings, "state-tracker", bus=buses):
         yield bus_settings
 
@@ -88,8 +92,27 @@ async def test_a_newer_engines_report_is_applied_without_the_fields_it_adds(
     assert added in json.loads(encode(report))  # it goes on the wire as a newer engine would send it
     await client.report_host(report)
     state = await client.wait_for_state(cluster, hosts=1, timeout=10)
-    assert state.hosts[0].report == _host(cluster, "h1")
-    assert state.hosts[0].report.__pydantic_extra__ == {}
+    stored = state.hosts[0].report
+    assert stored.model_copy(update={"reported_at": None}) == _host(cluster, "h1")
+    assert stored.__pydantic_extra__ == {}
+
+
+async def test_a_report_without_reported_at_counts_as_taken_when_the_tracker_takes_it(
+    stack: Settings, client: SchedulerClient, unique: str
+) -> None:
+    """The contract: an absent reported_at means when the state tracker takes the report. Stored
+    absent, it read as "no heartbeat ever" and ComputeFilter removed every host of such an engine."""
+    cluster = f"untimed-{unique}"
+    before = datetime.now(UTC)
+    await client.report_host(_host(cluster, "h1"))
+    state = await client.wait_for_state(cluster, hosts=1, timeout=10)
+    stamped = state.hosts[0].report.reported_at
+    assert stamped is not None
+    assert before <= stamped <= datetime.now(UTC)
+    given = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    await client.report_host(_host(cluster, "h2", reported_at=given.isoformat()))
+    state = await client.wait_for_state(cluster, hosts=2, timeout=10)
+    assert {h.report.host_id: h.report.reported_at for h in state.hosts}["h2"] == given
 
 
 async def test_a_report_without_the_type_property_is_dead_lettered(

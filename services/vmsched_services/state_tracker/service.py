@@ -17,6 +17,7 @@ the selector reads pending *before* the state version, so a VM is never counted 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
 from vmsched import constants as c
 from vmsched.contracts import (
@@ -49,6 +50,15 @@ REMOVERS = "VMSCHED_ADMIN_USERS or VMSCHED_POLICY_ADMIN_USER"
 _SETTLED = {VmStatus.RUNNING, VmStatus.FAILED, VmStatus.DOWN}
 
 
+def received(report: Message) -> Message:
+    """The report with `reported_at` as the contract defines an absent one: the time the state
+    tracker takes it. Stored as given, an absent time read as "no heartbeat ever" and put every
+    host of an engine that leaves it out behind ComputeFilter."""
+    if isinstance(report, HostReport | VmReport | ClusterReport) and report.reported_at is None:
+        return report.model_copy(update={"reported_at": datetime.now(UTC)})
+    return report
+
+
 class StateTracker:
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -71,7 +81,7 @@ class StateTracker:
             # Checked before taking a turn: a refusal changes nothing, so it waits for no one.
             require_one_of(self.removers, "removals need", REMOVERS, message="event")
         async with self._order:
-            await self._apply(report)
+            await self._apply(received(report))
 
     async def _apply(self, report: Message) -> None:
         if isinstance(report, ResyncComplete):
