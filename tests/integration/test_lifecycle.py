@@ -202,7 +202,7 @@ async def test_a_decision_stored_meanwhile_is_the_answer_and_its_event_is_publis
         seen, follower = await follow(client, cluster)
         req = request(cluster, f"vm-{unique}")
         explanation = Explanation(summary="decided elsewhere", candidates=2)
-        theirs = unplaceable(req, time.perf_counter(), explanation, policy="none", version=1, retried=False)
+        theirs = unplaceable(req, time.perf_counter(), explanation, policy=DEFAULT_POLICY, version=1, retried=False)
         async with lc.locks.hold(cluster) as lease:
             task = asyncio.create_task(lc.decide(req))
             await asyncio.sleep(0.3)  # queued behind the lock
@@ -287,7 +287,12 @@ async def stored_before(lc: Lifecycle, t: Turn) -> ScheduleDecision:
     """An unplaceable decision for the turn's request, stored (not marked published) as if by
     another selector."""
     d = unplaceable(
-        t.req, time.perf_counter(), Explanation(summary="stored", candidates=2), policy="p", version=1, retried=False
+        t.req,
+        time.perf_counter(),
+        Explanation(summary="stored", candidates=2),
+        policy=DEFAULT_POLICY,
+        version=1,
+        retried=False,
     )
     await lc.decisions.put(d, fingerprint=t.fingerprint)
     return d

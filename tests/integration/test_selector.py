@@ -230,6 +230,10 @@ async def test_invalid_property_is_an_error_decision_until_fixed(
         good = await client.schedule(cluster, small_vm(0))
         assert good.status is DecisionStatus.PLACED
         assert good.policy == "evenly_distributed"
+        # What it ran: the stored version, and the properties with the cluster's override merged in.
+        assert good.policy_version == (await repo.get("evenly_distributed")).version
+        assert good.policy_properties["HighUtilization"] == "75"
+        assert good.policy_properties["CpuOverCommitDurationMinutes"] == "2"
     finally:
         await pool.close()
 

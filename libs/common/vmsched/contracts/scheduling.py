@@ -19,6 +19,7 @@ from vmsched.contracts.base import (
     Key,
     Message,
     Name,
+    PropertyValue,
     Query,
     ShortValue,
     Text,
@@ -338,6 +339,19 @@ class ScheduleDecision(Message):
         description="One entry per VM of the request, in request order (the first is host_id/alternates).",
     )
     policy: Name | None = Field(None, description="The cluster policy the decision was made with.")
+    policy_version: Int | None = Field(
+        None,
+        ge=1,
+        le=MAX_INT,
+        description="The stored version of that policy the decision was made with (none when no policy was read: "
+        "an error before one was).",
+    )
+    policy_properties: dict[Name, PropertyValue] = Field(
+        default_factory=dict,
+        max_length=256,
+        description="The properties the policy's units ran with: the policy's own, with the cluster's overrides "
+        "(`vmsched policy attach --set`) merged over them.",
+    )
     state_version: Int = Field(0, ge=0, le=MAX_INT, description="The cluster state version the decision was made at.")
     fencing_token: Int = Field(
         0,

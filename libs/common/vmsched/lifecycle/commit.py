@@ -99,7 +99,7 @@ def _decision(verdict: Verdict, token: int) -> ScheduleDecision:
             turn.started,
             verdict.placements,
             verdict.explanation,
-            policy=turn.policy.name,
+            policy=turn.policy,
             version=verdict.version,
             token=token,
             retried=turn.retried,
@@ -108,7 +108,7 @@ def _decision(verdict: Verdict, token: int) -> ScheduleDecision:
         turn.req,
         turn.started,
         verdict.explanation,
-        policy=turn.policy.name,
+        policy=turn.policy,
         version=verdict.version,
         retried=turn.retried,
     )

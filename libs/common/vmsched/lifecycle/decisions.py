@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 
 from vmsched.contracts import DecisionStatus, ErrorInfo, Explanation, Placement, ScheduleDecision, ScheduleRequest
+from vmsched.scheduling.policy import Policy
 
 
 def expired(req: ScheduleRequest) -> bool:
@@ -21,6 +22,7 @@ def decision(
     explanation: Explanation,
     *,
     policy: str | None,
+    ran: Policy | None = None,
     version: int = 0,
     host: str | None = None,
     alternates: list[str] | None = None,
@@ -29,7 +31,8 @@ def decision(
     retried: bool = False,
     error: ErrorInfo | None = None,
 ) -> ScheduleDecision:
-    """The decision on `req`, made `started` (time.perf_counter) ago."""
+    """The decision on `req`, made `started` (time.perf_counter) ago; `ran`: the policy its units ran
+    (its version and properties go with the decision)."""
     return ScheduleDecision(
         request_id=req.request_id,
         cluster_id=req.cluster_id,
@@ -39,6 +42,8 @@ def decision(
         alternates=alternates or [],
         placements=placements or [],
         policy=policy,
+        policy_version=ran.version if ran is not None else None,
+        policy_properties=dict(ran.properties) if ran is not None else {},
         state_version=version,
         fencing_token=token,
         explanation=explanation,
@@ -55,7 +60,7 @@ def placed(
     placements: list[Placement],
     explanation: Explanation,
     *,
-    policy: str,
+    policy: Policy,
     version: int,
     token: int,
     retried: bool,
@@ -71,18 +76,26 @@ def placed(
         alternates=head.alternates,
         placements=placements,
         token=token,
-        policy=policy,
+        policy=policy.name,
+        ran=policy,
         version=version,
         retried=retried,
     )
 
 
 def unplaceable(
-    req: ScheduleRequest, started: float, explanation: Explanation, *, policy: str, version: int, retried: bool
+    req: ScheduleRequest, started: float, explanation: Explanation, *, policy: Policy, version: int, retried: bool
 ) -> ScheduleDecision:
     """Some VM fits nowhere; nothing of the request is placed."""
     return decision(
-        req, started, DecisionStatus.UNPLACEABLE, explanation, policy=policy, version=version, retried=retried
+        req,
+        started,
+        DecisionStatus.UNPLACEABLE,
+        explanation,
+        policy=policy.name,
+        ran=policy,
+        version=version,
+        retried=retried,
     )
 
 
