@@ -15,7 +15,8 @@ from vmsched.errors import InvalidRequest, UsageError
 from vmsched.scheduling.policy import BUILTIN_POLICIES
 from vmsched.scheduling.policy_docs import attachment_diff, diff, document_of, expected, policy_of, problems
 from vmsched.scheduling.units import REGISTRY
-from vmsched_services.tools.policy_commands import dump_set, from_nova_conf, read_set
+from vmsched_services.tools.nova_import import import_nova
+from vmsched_services.tools.policy_commands import dump_set, read_set
 
 
 @pytest.mark.parametrize("name", sorted(BUILTIN_POLICIES))
@@ -151,10 +152,12 @@ def test_nova_conf_becomes_a_policy_with_its_filters_and_multipliers(tmp_path: P
         "weight_classes = nova.scheduler.weights.ram.RAMWeigher,nova.scheduler.weights.cpu.CPUWeigher\n"
         "ram_weight_multiplier = -1.0\ncpu_weight_multiplier = 0.0\n"
     )
-    doc = from_nova_conf(str(conf), "from-nova")
+    imported = import_nova(str(conf), "from-nova", REGISTRY)
+    doc = imported.document
     assert [f.unit for f in doc.filters] == ["ComputeFilter", "RamFilter", "AvailabilityZoneFilter"]
     assert [(w.unit, w.factor) for w in doc.weights] == [("RAMWeigher", -1)]  # a zero multiplier drops the weigher
+    assert imported.problems == imported.warnings == []
     assert problems(doc, REGISTRY) == []
-    conf.write_text("[filter_scheduler]\nenabled_filters = RamFilter\nram_weight_multiplier = 0.5\n")
-    with pytest.raises(InvalidRequest, match="whole numbers"):
-        from_nova_conf(str(conf), "x")
+    conf.write_text("[filter_scheduler\nenabled_filters = RamFilter\n")
+    with pytest.raises(InvalidRequest, match=r"cannot read it as nova\.conf"):
+        import_nova(str(conf), "x", REGISTRY)

@@ -78,8 +78,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p = add("import-nova", "a policy from nova.conf's enabled_filters and weight multipliers")
     p.add_argument("file", help="a nova.conf")
     p.add_argument("--name", required=True, help="the new policy's name")
-    p.add_argument("--apply", action="store_true", help="store it (default: print it as YAML)")
-    p.add_argument("--dry-run", action="store_true", help="validate and show the change, store nothing")
+    p.add_argument("--apply", action="store_true", help="store it (default: validate it and print it as YAML)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="validate it and show what storing it would change, store nothing"
+    )
 
 
 __all__ = ["add_commands"]

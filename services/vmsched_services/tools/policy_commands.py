@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import configparser
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -20,9 +19,11 @@ from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, Poli
 from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
+from vmsched.scheduling.units.registry import REGISTRY
 from vmsched.settings import Settings
 from vmsched_services.tools.failures import remote_hint
-from vmsched_services.tools.inputs import NOVA_CONF_CAP, POLICY_CAP, read_bounded
+from vmsched_services.tools.inputs import POLICY_CAP, read_bounded
+from vmsched_services.tools.nova_import import import_nova
 
 #: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
 #: (the service said why). A server that does not answer is told by the command's error boundary.
@@ -78,67 +79,6 @@ def dump_set(policies: PolicySet) -> str:
         cluster.pop("schema_version", None)
     data.pop("schema_version", None)
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
-
-
-# ------------------------------------------------------------------------------ nova.conf
-#: Nova weigher class -> (vmsched unit, nova.conf option holding its multiplier).
-NOVA_WEIGHERS: dict[str, tuple[str, str]] = {
-    "RAMWeigher": ("RAMWeigher", "ram_weight_multiplier"),
-    "CPUWeigher": ("CPUWeigher", "cpu_weight_multiplier"),
-    "DiskWeigher": ("DiskWeigher", "disk_weight_multiplier"),
-    "IoOpsWeigher": ("IoOpsWeigher", "io_ops_weight_multiplier"),
-    "BuildFailureWeigher": ("BuildFailureWeigher", "build_failure_weight_multiplier"),
-    "ServerGroupSoftAffinityWeigher": ("ServerGroupSoftAffinityWeigher", "soft_affinity_weight_multiplier"),
-    "ServerGroupSoftAntiAffinityWeigher": (
-        "ServerGroupSoftAntiAffinityWeigher",
-        "soft_anti_affinity_weight_multiplier",
-    ),
-    "MetricsWeigher": ("MetricsWeigher", "weight_multiplier"),
-}
-
-
-def from_nova_conf(path: str, name: str) -> PolicyDocument:
-    """A policy from nova.conf's [filter_scheduler]: enabled_filters in order, and each weigher
-    with its multiplier (Nova's default multiplier 1.0 when unset; factors are whole numbers here,
-    so a fractional multiplier is refused with the option named)."""
-    text = read_bounded(path, NOVA_CONF_CAP, "nova.conf", "nova.conf files")
-    parser = configparser.ConfigParser(interpolation=None, strict=False)
-    try:
-        parser.read_string(text, source=path)
-    except configparser.Error as exc:
-        raise InvalidRequest(f"{path}: cannot read it as nova.conf ({exc})") from None
-    section = "filter_scheduler"
-    if not parser.has_section(section):
-        raise InvalidRequest(f"{path}: no [filter_scheduler] section")
-    raw_filters = parser.get(section, "enabled_filters", fallback="")
-    filters = [{"unit": f.strip()} for f in raw_filters.replace("\n", ",").split(",") if f.strip()]
-    weights = []
-    raw_weighers = parser.get(section, "weight_classes", fallback="nova.scheduler.weights.all_weighers")
-    chosen = (
-        list(NOVA_WEIGHERS)
-        if raw_weighers.strip().endswith("all_weighers")
-        else [w.strip().rsplit(".", 1)[-1] for w in raw_weighers.split(",") if w.strip()]
-    )
-    for weigher in chosen:
-        unit, option = NOVA_WEIGHERS.get(weigher, (weigher, ""))
-        text = parser.get(section, option, fallback="1.0") if option else "1.0"
-        try:
-            multiplier = float(text)
-        except ValueError:
-            raise InvalidRequest(f"{path}: [{section}] {option} = {text!r} is not a number") from None
-        if multiplier != int(multiplier):
-            raise InvalidRequest(
-                f"{path}: [{section}] {option} = {text}: vmsched factors are whole numbers; "
-                "scale every multiplier by the same power of ten"
-            )
-        if multiplier != 0:
-            weights.append({"unit": unit, "factor": int(multiplier)})
-    try:
-        return PolicyDocument.model_validate(
-            {"name": name, "description": f"imported from {Path(path).name}", "filters": filters, "weights": weights}
-        )
-    except ValidationError as exc:
-        raise InvalidRequest(f"{path}: {exc.errors()[0]['msg']}") from None
 
 
 # ------------------------------------------------------------------------------ printing
@@ -254,14 +194,26 @@ async def _import_nova(args: argparse.Namespace, admin: PolicyClient) -> int:
     return OK
 
 
+def _nova_document(path: str, name: str) -> PolicyDocument:
+    """nova.conf's policy, validated as `policy apply` validates (the units this command has);
+    what was left out is said on standard error, problems refuse it (exit 2)."""
+    result = import_nova(path, name, REGISTRY)
+    for warning in result.warnings:
+        _say(f"vmsched policy import-nova: warning: {warning}")
+    if result.problems:
+        lines = "\n".join(f"  {p}" for p in result.problems)
+        raise InvalidRequest(f"{path}: {len(result.problems)} problem(s), nothing imported:\n{lines}")
+    return result.document
+
+
 def _read_files(args: argparse.Namespace) -> bool:
     """Read and check the command's file before the bus is opened: a wrong file is said at once, not
     after a connection (nor instead of it, with the broker down). False: nothing is left to do."""
     if args.policy_command == "apply":
         args.desired = read_set(args.file, args.max_size)
     elif args.policy_command == "import-nova":
-        args.document = from_nova_conf(args.file, args.name)
-        if not args.apply:
+        args.document = _nova_document(args.file, args.name)
+        if not (args.apply or args.dry_run):
             print(dump_set(PolicySet(policies=[args.document])), end="")
             return False
     return True
@@ -302,4 +254,4 @@ COMMANDS: dict[str, Command] = {
     "import-nova": _import_nova,
 }
 
-__all__ = ["COMMANDS", "dump_set", "from_nova_conf", "read_set", "render_report", "run"]
+__all__ = ["COMMANDS", "dump_set", "read_set", "render_report", "run"]
