@@ -8,9 +8,14 @@ running server is needed; each other failure class is raised from inside a comma
 from __future__ import annotations
 
 import argparse
+import asyncio
+import gc
 import io
+import logging
 import re
+import signal
 import sys
+from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
 
@@ -315,9 +320,58 @@ def test_debug_shows_the_traceback(
     assert "ZeroDivisionError: division by zero" in err
 
 
-def test_ctrl_c_exits_130_quietly(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def sigint_restored() -> Iterator[None]:
+    """main ignores Ctrl-C once interrupted (the process is ending); the test process must not."""
+    handler = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, handler)
+    logging.getLogger("asyncio").setLevel(logging.NOTSET)
+
+
+@pytest.mark.usefixtures("sigint_restored")
+def test_ctrl_c_exits_130_with_one_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     failing_command(monkeypatch, KeyboardInterrupt())
-    assert run(capsys, "units", "list") == (EXIT_INTERRUPTED, "")
+    assert run(capsys, "units", "list") == (EXIT_INTERRUPTED, "vmsched: interrupted\n")
+
+
+@pytest.mark.usefixtures("sigint_restored")
+def test_ctrl_c_twice_during_a_commands_cleanup_is_one_line_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second Ctrl-C lands while asyncio.run cancels the command's tasks (as `policy apply`
+    closing its connection): no traceback, now or when the stopped task is collected."""
+
+    async def go() -> None:
+        async def closing() -> None:
+            try:
+                await asyncio.sleep(60)
+            finally:
+                signal.raise_signal(signal.SIGINT)  # the second Ctrl-C, during the cleanup
+                await asyncio.sleep(0.01)
+
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(closing())
+            await asyncio.sleep(0)
+            signal.raise_signal(signal.SIGINT)  # the first
+            await asyncio.sleep(60)
+
+    def command(args: argparse.Namespace) -> int:
+        asyncio.run(go())
+        return EXIT_OK
+
+    monkeypatch.setattr(units_cli, "cmd_units_list", command)
+    code = main(["units", "list"])
+    gc.collect()  # asyncio logs a task that ended in an exception no one retrieved when it is collected
+    assert (code, capsys.readouterr().err) == (EXIT_INTERRUPTED, "vmsched: interrupted\n")
+
+
+@pytest.mark.usefixtures("sigint_restored")
+def test_ctrl_c_inside_a_task_group_is_an_interruption(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_command(monkeypatch, BaseExceptionGroup("tasks", [KeyboardInterrupt()]))
+    assert run(capsys, "units", "list") == (EXIT_INTERRUPTED, "vmsched: interrupted\n")
 
 
 class _ClosedPipe(io.StringIO):

@@ -44,7 +44,9 @@ Errors: a command raises (vmsched.errors.CommandError for what it finds wrong, o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
@@ -150,6 +152,18 @@ def _version() -> str:
 
 
 # ---------------------------------------------------------------- the error boundary
+def interrupted() -> int:
+    """Ctrl-C: one line and EXIT_INTERRUPTED, however many times it was pressed. A second Ctrl-C
+    lands in asyncio.run's cleanup (closing connections): the task it stops is logged by asyncio, with
+    a traceback, when it is collected at exit; and a third would land in this handler. So: further
+    Ctrl-Cs are ignored while the process ends, and asyncio's leftovers are not logged."""
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to ignore there
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
+    print_error("vmsched: interrupted")
+    return EXIT_INTERRUPTED
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = bool(getattr(args, "debug", False)) or debug_requested()
@@ -164,22 +178,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.fn(args))
     except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return interrupted()
+    except BaseExceptionGroup as group:
+        if group.subgroup(KeyboardInterrupt) is None:
+            raise
+        return interrupted()
     except BrokenPipeError:
         stdout_gone()
         return EXIT_BROKEN_PIPE
     except Exception as exc:
-        cluster = getattr(args, "cluster", None)
-        failure = explain_failure(exc, getattr(args, "needs", None), cluster if cluster != "*" else None)
-        if failure is None:
-            report_unexpected(exc, debug)
-            return EXIT_ERROR
-        print_error(f"vmsched: {failure.message}")
-        if failure.hint:
-            print_error(f"  {failure.hint}")
-        if debug:
-            print(masked("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
-        return failure.code
+        return _failed(exc, args, debug)
+
+
+def _failed(exc: Exception, args: argparse.Namespace, debug: bool) -> int:
+    """A command's failure, told: its sentence and hint (or a bug's reference), and its exit code."""
+    cluster = getattr(args, "cluster", None)
+    failure = explain_failure(exc, getattr(args, "needs", None), cluster if cluster != "*" else None)
+    if failure is None:
+        report_unexpected(exc, debug)
+        return EXIT_ERROR
+    print_error(f"vmsched: {failure.message}")
+    if failure.hint:
+        print_error(f"  {failure.hint}")
+    if debug:
+        print(masked("".join(traceback.format_exception(exc))), end="", file=sys.stderr)
+    return failure.code
 
 
 if __name__ == "__main__":
