@@ -146,9 +146,17 @@ async def test_scheduling_on_an_unknown_cluster_says_so_plainly(stack: Settings,
     lines = result.err.splitlines()
     assert lines[0] == f"vmsched: unknown_cluster: cluster nope-{unique} is unknown: no state has been reported for it"
     assert "`vmsched clusters list` shows the clusters with state" in lines[1]
+    # Nothing found: exit 1, whichever service answered; `schedule`'s 1 says "no host", so it keeps 3.
     state = await vmsched(stack, "state", "--cluster", f"nope-{unique}")
-    assert state.code == EXIT_ERROR
+    assert state.code == EXIT_NOT_FOUND
     assert state.err.startswith(f"vmsched: unknown_cluster: cluster nope-{unique} is unknown")
+    ha = await vmsched(stack, "ha-check", "--cluster", f"nope-{unique}")
+    assert ha.code == EXIT_NOT_FOUND, ha.out
+    assert ha.err.startswith(f"vmsched: unknown_cluster: cluster nope-{unique} is unknown")
+    policy = await vmsched(stack, "policy", "show", f"nope-{unique}")
+    assert policy.code == EXIT_NOT_FOUND
+    assert "policy_not_found" in policy.err
+    assert "`vmsched policy list` shows the policies" in policy.err
 
 
 async def test_ha_check_passes_is_off_or_fails_with_exit_1(
@@ -232,7 +240,7 @@ async def test_clusters_remove_deletes_state_and_pending(
     assert cluster not in json.loads((await vmsched(stack, "clusters", "list", "--json")).out)
 
     again = await vmsched(stack, "clusters", "remove", cluster, "--yes")
-    assert again.code == EXIT_ERROR
+    assert again.code == EXIT_NOT_FOUND
     assert again.err.startswith("vmsched: unknown_cluster: ")
 
 

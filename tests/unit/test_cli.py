@@ -14,6 +14,7 @@ import io
 import logging
 import re
 import signal
+import socket
 import sys
 from collections.abc import Iterator
 from importlib.metadata import version
@@ -25,7 +26,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import vmsched
 from vmsched import errors
-from vmsched_services.tools import units_cli
+from vmsched.settings import Settings
+from vmsched_services.tools import policy_commands, units_cli
 from vmsched_services.tools.cli import (
     EXIT_BROKEN_PIPE,
     EXIT_ERROR,
@@ -243,11 +245,12 @@ FAILURES: list[tuple[BaseException, int, str, str | None]] = [
     (errors.RpcTimeout("no reply to 'state' within 5 s"), EXIT_ERROR, "rpc_timeout: no reply", "--timeout"),
     (
         errors.RemoteError("unknown_cluster", "no state reported for cluster c9", location="cluster_id"),
-        EXIT_ERROR,
+        EXIT_NOT_FOUND,
         "unknown_cluster: cluster c9 is unknown: no state has been reported for it",
         "vmsched clusters list",
     ),
     (errors.RemoteError("internal", "internal error (reference ab12)"), EXIT_ERROR, "internal:", "reference above"),
+    (errors.RemoteError("policy_not_found", "no policy named x"), EXIT_NOT_FOUND, "policy_not_found:", "policy list"),
     (errors.DatabaseMissing('database "x" does not exist'), EXIT_ERROR, "database_missing:", "vmsched db migrate"),
     (errors.LockTimeout("lock of c1 not acquired"), EXIT_ERROR, "lock_timeout: lock of c1", None),
     (errors.InvalidRequest("must be 1 or more", location="vm.vcpus"), EXIT_ERROR, "invalid_request: vm.vcpus:", None),
@@ -270,6 +273,60 @@ def test_each_failure_class_is_a_sentence_with_a_hint_and_its_exit_code(
     if hint is not None:
         assert told.hint is not None
         assert hint in told.hint
+
+
+def test_not_found_is_exit_1_whichever_service_answered_but_schedule_keeps_1_for_unplaceable() -> None:
+    for code in ("unknown_cluster", "policy_not_found"):
+        told = explain_failure(errors.RemoteError(code, "no such thing"))
+        assert told is not None
+        assert told.code == EXIT_NOT_FOUND
+        told = explain_failure(errors.RemoteError(code, "no such thing"), missing=EXIT_ERROR)
+        assert told is not None
+        assert told.code == EXIT_ERROR
+
+
+class _NoBus:
+    """A PolicyClient that connects nowhere: the command decides what happens."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    async def __aenter__(self) -> _NoBus:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+
+def test_policy_commands_end_a_not_found_answer_with_exit_1(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def missing(args: argparse.Namespace, admin: object) -> int:
+        raise errors.RemoteError("policy_not_found", "no policy named nope")
+
+    monkeypatch.setattr(policy_commands, "PolicyClient", _NoBus)
+    code = policy_commands.run(missing, argparse.Namespace(policy_command="show"), Settings())
+    err = capsys.readouterr().err
+    assert code == EXIT_NOT_FOUND
+    assert "policy_not_found: no policy named nope" in err
+    assert "`vmsched policy list`" in err
+
+
+def test_a_taken_metrics_port_is_a_setting_error_naming_the_port(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("VMSCHED_METRICS_PORT", str(port))
+        monkeypatch.setenv("VMSCHED_AMQP_URL", f"amqp://guest:guest@{NOWHERE}/")  # never reached
+        code, err = run(capsys, "run", "state-tracker")
+    assert code == EXIT_USAGE
+    lines = err.splitlines()
+    assert f"vmsched: metrics port {port} is taken: another process listens on 127.0.0.1:{port}" in lines[-2]
+    assert "VMSCHED_METRICS_PORT" in lines[-2]
+    assert lines[-1].startswith("  set VMSCHED_METRICS_PORT to a free port")
 
 
 def test_a_failure_is_printed_as_code_message_and_hint(

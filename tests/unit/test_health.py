@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from vmsched.errors import UsageError
 from vmsched.health import Health, MetricsServer, MetricsServers, Response, respond
 
 
@@ -212,3 +213,20 @@ def test_a_port_keeps_one_server_until_reset() -> None:
         assert _get(port, "/healthz")[0] == 503  # a new server, whose Health has no loop yet
     finally:
         servers.reset()
+
+
+def test_a_port_another_process_holds_is_a_setting_to_change() -> None:
+    servers = MetricsServers()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(UsageError) as info:
+            servers.serve(port, host="127.0.0.1")
+    assert str(info.value) == (
+        f"metrics port {port} is taken: another process listens on 127.0.0.1:{port} (VMSCHED_METRICS_PORT)"
+    )
+    assert info.value.hint is not None
+    assert "set VMSCHED_METRICS_PORT to a free port" in info.value.hint
+    assert f"sport = :{port}" in info.value.hint
+    servers.reset()  # nothing was kept for the port

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
 import json
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,6 +36,7 @@ from urllib.parse import urlsplit
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from vmsched.errors import UsageError
 from vmsched.logging import SECRETS, get_logger
 
 log = get_logger("vmsched.health")
@@ -223,7 +226,11 @@ class MetricsServers:
             return None
         server = self._by_port.get(port)
         if server is None:
-            server = self._by_port[port] = MetricsServer((host, port), Health(timeout_s))
+            try:
+                server = MetricsServer((host, port), Health(timeout_s))
+            except OSError as exc:
+                raise _cannot_listen(host, port, exc) from None
+            self._by_port[port] = server
             server.start()
         server.health.timeout_s = timeout_s
         return server.health
@@ -235,6 +242,34 @@ class MetricsServers:
             server.stop()
 
 
+def _cannot_listen(host: str, port: int, exc: OSError) -> UsageError:
+    """The metrics port cannot be bound: a setting to change (VMSCHED_METRICS_PORT or _HOST), said as
+    such, not an unexpected error."""
+    where = f"{host or 'every interface'}:{port}"
+    hint = (
+        "set VMSCHED_METRICS_PORT to a free port (each service process on a machine needs its own), or 0 "
+        "to serve no metrics"
+    )
+    if exc.errno == errno.EADDRINUSE:
+        taken = f"ss -ltnp 'sport = :{port}'"
+        return UsageError(
+            f"metrics port {port} is taken: another process listens on {where} (VMSCHED_METRICS_PORT)",
+            hint=f"{hint}; `{taken}` shows which process has it",
+        )
+    if exc.errno == errno.EACCES:
+        return UsageError(
+            f"metrics port {port}: not allowed to listen on {where} (VMSCHED_METRICS_PORT; ports below "
+            "1024 need privileges)",
+            hint=hint,
+        )
+    if exc.errno == errno.EADDRNOTAVAIL or isinstance(exc, socket.gaierror):
+        return UsageError(
+            f"metrics host {host!r} is not an address of this machine (VMSCHED_METRICS_HOST)",
+            hint="set VMSCHED_METRICS_HOST to one of its addresses, or unset it for loopback",
+        )
+    return UsageError(f"cannot serve metrics on {where}: {exc.strerror or exc} (VMSCHED_METRICS_PORT)", hint=hint)
+
+
 #: The process's one MetricsServers, owned by this module: `serve` (the runner's only way in) is its
 #: only user; tests reset() it.
 SERVERS = MetricsServers()
@@ -243,7 +278,9 @@ SERVERS = MetricsServers()
 def serve(port: int, *, timeout_s: float = 1.0, host: str = "127.0.0.1") -> Health | None:
     """Serve /metrics, /healthz and /readyz on `host`:`port` (VMSCHED_METRICS_HOST, loopback unless
     set: "" or 0.0.0.0 is every interface), once per port per process;
-    its Health (None when port is 0: disabled). A second run in the process reuses the server."""
+    its Health (None when port is 0: disabled). A second run in the process reuses the server.
+    A port taken by another process (or an address not this machine's) is a UsageError naming the
+    setting to change."""
     return SERVERS.serve(port, timeout_s=timeout_s, host=host)
 
 

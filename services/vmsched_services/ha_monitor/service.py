@@ -1,7 +1,8 @@
 """ha-monitor: oVirt's HA reservation check per cluster, on a timer and on demand.
 
 * RPC `ha-check` (HaCheckRequest -> HaReport): runs the check for one cluster now, whoever owns its
-  lease; publishes nothing. A cluster with HA reservation off gets `enabled=False`.
+  lease; publishes nothing. A cluster with HA reservation off gets `enabled=False`; one with no
+  state, unknown_cluster.
 * A leased loop (vmsched.leased_loop, role "ha-monitor", as the balancer's): each cluster whose
   lease this process holds is checked every settings.ha_interval_s. Clusters whose PostgreSQL
   setting ha_reservation is off are skipped (and their remembered state dropped, so turning it on
@@ -77,6 +78,9 @@ class HaMonitor:
         )
 
     async def on_check(self, request: HaCheckRequest) -> HaReport:
+        # Asked for by name (an operator's `vmsched ha-check`): a cluster with no state is unknown
+        # (UnknownCluster), HA reservation on or off; "off, nothing checked" would hide a wrong id.
+        await self.rt.state.version(request.cluster_id)
         return await self.evaluate(request.cluster_id)
 
     async def check_and_publish(self, cluster_id: str) -> HaReport:

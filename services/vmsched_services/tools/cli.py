@@ -193,7 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _failed(exc: Exception, args: argparse.Namespace, debug: bool) -> int:
     """A command's failure, told: its sentence and hint (or a bug's reference), and its exit code."""
     cluster = getattr(args, "cluster", None)
-    failure = explain_failure(exc, getattr(args, "needs", None), cluster if cluster != "*" else None)
+    # `schedule`'s 1 says no host can take the VM: an unknown cluster must not read as that.
+    missing = EXIT_ERROR if args.command == "schedule" else EXIT_NOT_FOUND
+    failure = explain_failure(exc, getattr(args, "needs", None), cluster if cluster != "*" else None, missing=missing)
     if failure is None:
         report_unexpected(exc, debug)
         return EXIT_ERROR

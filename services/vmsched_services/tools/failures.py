@@ -30,6 +30,7 @@ from vmsched.errors import (
 from vmsched_services.tools.clikit import (
     DEBUG_ENV,
     EXIT_ERROR,
+    EXIT_NOT_FOUND,
     EXIT_USAGE,
     CommandError,
     exit_code,
@@ -49,6 +50,13 @@ START_HINTS = {
     "`docker compose -f deploy/compose.yml up -d postgres`; in a checkout, `scripts/servers.sh` starts all "
     "three servers",
 }
+
+
+#: What a service answers when what a command named does not exist. A command ends with EXIT_NOT_FOUND
+#: for it, whichever service answered (the state tracker, the HA monitor, policy-admin), as for what
+#: the command itself finds missing; `schedule` alone ends with EXIT_ERROR, its 1 meaning "no host
+#: can take the VM", which a script must not take an unknown cluster for.
+NOT_FOUND_CODES = frozenset({"unknown_cluster", "policy_not_found"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,7 @@ def remote_hint(code: str) -> str | None:
     hints = {
         "unknown_cluster": "check the id: `vmsched clusters list` shows the clusters with state; a new cluster "
         "is known once the engine reports its hosts",
+        "policy_not_found": "check the name: `vmsched policy list` shows the policies",
         "stale_state": "the cluster's state moved on while the request was handled: send it again",
         "lock_timeout": "the cluster is busy (its lock was held by other requests): send it again, or raise "
         "$VMSCHED_LOCK_ACQUIRE_TIMEOUT_S",
@@ -101,9 +110,10 @@ def _no_consumer_hint(needs: str | None) -> str:
     return "start the services (`vmsched up`, or `vmsched run SERVICE` for each)"
 
 
-def _explain_vmsched_error(exc: Exception, needs: str | None, cluster: str | None) -> Failure | None:
+def _explain_vmsched_error(exc: Exception, needs: str | None, cluster: str | None, missing: int) -> Failure | None:
     if isinstance(exc, RemoteError):
-        return Failure(*remote_failure(exc.remote_code, str(exc), cluster), EXIT_ERROR)
+        code = missing if exc.remote_code in NOT_FOUND_CODES else EXIT_ERROR
+        return Failure(*remote_failure(exc.remote_code, str(exc), cluster), code)
     if not isinstance(exc, VmschedError):
         return None
     hint: str | None = None
@@ -144,16 +154,19 @@ def _explain_driver_error(exc: Exception) -> Failure | None:
     return None
 
 
-def explain_failure(exc: BaseException, needs: str | None = None, cluster: str | None = None) -> Failure | None:
+def explain_failure(
+    exc: BaseException, needs: str | None = None, cluster: str | None = None, *, missing: int = EXIT_NOT_FOUND
+) -> Failure | None:
     """What to tell a user instead of a traceback, and the exit code; None for a bug. `needs` is the
-    service the command talks to, `cluster` the cluster it named (for the hints)."""
+    service the command talks to, `cluster` the cluster it named (for the hints); `missing` the exit
+    code of a service's not-found answer (NOT_FOUND_CODES)."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return explain_failure(exc.exceptions[0], needs, cluster)
+        return explain_failure(exc.exceptions[0], needs, cluster, missing=missing)
     if isinstance(exc, CommandError):
         return Failure(exc.message, exc.hint, exit_code(exc))
     if not isinstance(exc, Exception):
         return None
-    told = _explain_vmsched_error(exc, needs, cluster) or _explain_driver_error(exc)
+    told = _explain_vmsched_error(exc, needs, cluster, missing) or _explain_driver_error(exc)
     if told is not None:
         return told
     if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError | PermissionError):
@@ -222,6 +235,7 @@ def validation_problems(exc: Exception, limit: int = 5) -> str:
 
 
 __all__ = [
+    "NOT_FOUND_CODES",
     "START_HINTS",
     "Failure",
     "explain_failure",

@@ -21,13 +21,14 @@ from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.scheduling.units.registry import REGISTRY
 from vmsched.settings import Settings
-from vmsched_services.tools.failures import remote_hint
+from vmsched_services.tools.failures import NOT_FOUND_CODES, remote_hint
 from vmsched_services.tools.inputs import POLICY_CAP, read_bounded
 from vmsched_services.tools.nova_import import import_nova
 
-#: Exit codes, as the rest of the vmsched command's: done, the file or arguments are wrong, refused
-#: (the service said why). A server that does not answer is told by the command's error boundary.
-OK, BAD_INPUT, REFUSED = 0, 2, 3
+#: Exit codes, as the rest of the vmsched command's: done, what was named does not exist (a policy, a
+#: cluster), the file or arguments are wrong, refused (the service said why). A server that does not
+#: answer is told by the command's error boundary.
+OK, NOT_FOUND, BAD_INPUT, REFUSED = 0, 1, 2, 3
 
 
 def _say(text: str) -> None:
@@ -234,9 +235,9 @@ def run(command: Command, args: argparse.Namespace, settings: Settings) -> int:
         return BAD_INPUT
     except RemoteError as exc:
         _say(f"vmsched policy: {exc.remote_code}: {exc}")
-        if exc.remote_code == "not_authorized":
+        if exc.remote_code in ("not_authorized", "policy_not_found", "unknown_cluster"):
             _say(f"  {remote_hint(exc.remote_code)}")
-        return REFUSED
+        return NOT_FOUND if exc.remote_code in NOT_FOUND_CODES else REFUSED
 
 
 #: The commands by name, for vmsched_services.tools.policy_cli.
