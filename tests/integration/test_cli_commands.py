@@ -24,10 +24,11 @@ from tests.integration.conftest import services
 from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport
+from vmsched.contracts import ClusterAttachment, ClusterReport
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.errors import RemoteError
+from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
 from vmsched.store import PendingStore
 from vmsched_services.tools.cli import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNPLACEABLE
@@ -318,3 +319,68 @@ async def test_policy_history_names_each_versions_author_and_audit_lists_who_did
     assert nobody.code == EXIT_NOT_FOUND
     assert nobody.err.startswith("vmsched: no audit log entries match")
     assert (await vmsched(stack, "policy", "delete", name)).code == EXIT_OK
+
+
+async def test_policy_attach_refuses_an_unknown_cluster_and_keeps_what_it_is_not_told_to_change(
+    client: SchedulerClient, stack: Settings, unique: str
+) -> None:
+    ghost, known = f"ghost-{unique}", f"att-{unique}"
+
+    async def attachment(cluster: str) -> ClusterAttachment:
+        async with PolicyClient(stack) as admin:
+            return next(a for a in (await admin.read()).clusters if a.cluster_id == cluster)
+
+    refused = await vmsched(stack, "policy", "attach", ghost, "evenly_distributed")
+    assert refused.code == EXIT_NOT_FOUND, refused.err
+    assert refused.err.startswith(f"vmsched: cluster {ghost} is unknown: no state has been reported for it")
+    assert "pass --force" in refused.err
+    forced = await vmsched(
+        stack,
+        "policy",
+        "attach",
+        ghost,
+        "evenly_distributed",
+        "--force",
+        "--ha-reservation",
+        "--set",
+        "HighUtilization=75",
+    )
+    assert forced.code == EXIT_OK, forced.err
+    # Attached now: known without --force, and an attach that names neither keeps both.
+    again = await vmsched(
+        stack, "policy", "attach", ghost, "evenly_distributed", "--set", "CpuOverCommitDurationMinutes=3"
+    )
+    assert again.code == EXIT_OK, again.err
+    kept = await attachment(ghost)
+    assert (kept.ha_reservation, kept.properties) == (
+        True,
+        {"HighUtilization": "75", "CpuOverCommitDurationMinutes": "3"},
+    )
+    off = await vmsched(stack, "policy", "attach", ghost, "evenly_distributed", "--no-ha-reservation")
+    assert off.code == EXIT_OK, off.err
+    assert f"HA reservation turned OFF for cluster {ghost} (it was on)" in off.err
+    assert (await attachment(ghost)).ha_reservation is False
+
+    await report_cluster(client, known, ["h1"])  # a cluster with state needs no --force
+    reported = await vmsched(stack, "policy", "attach", known, "evenly_distributed")
+    assert reported.code == EXIT_OK, reported.err
+    for cluster in (ghost, known):
+        assert (await vmsched(stack, "policy", "detach", cluster)).code == EXIT_OK
+
+
+async def test_hosts_register_publishes_a_files_hosts_to_the_state(
+    client: SchedulerClient, stack: Settings, unique: str, tmp_path: Path
+) -> None:
+    cluster = f"reg-{unique}"
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "hosts:\n"  # no cluster_id, no reported_at: --cluster's, and when the state tracker takes them
+        "  - {host_id: h1, status: up, cpu_cores: 8, physical_mem_mb: 65536, mem_free_mb: 60000}\n"
+        "  - {host_id: h2, status: maintenance, cpu_cores: 16, physical_mem_mb: 131072, mem_free_mb: 120000}\n"
+    )
+    result = await vmsched(stack, "hosts", "register", "--cluster", cluster, str(hosts))
+    assert result.code == EXIT_OK, result.err
+    assert result.out == f"published 2 host report(s) to cluster {cluster}\n"
+    state = await client.wait_for_state(cluster, hosts=2)
+    assert {(h.report.host_id, h.report.status.value) for h in state.hosts} == {("h1", "up"), ("h2", "maintenance")}
+    assert {h.report.host_id: h.report.cpu_cores for h in state.hosts} == {"h1": 8, "h2": 16}

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import gc
 import io
+import json
 import logging
 import re
 import signal
@@ -26,6 +27,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import vmsched
 from vmsched import errors
+from vmsched.contracts import ClusterAttachment
 from vmsched.settings import Settings
 from vmsched_services.tools import policy_commands, units_cli
 from vmsched_services.tools.cli import (
@@ -196,6 +198,50 @@ def test_requeue_needs_targets_or_all_and_all_needs_a_yes_without_a_terminal(
     assert "--yes" in err
 
 
+def test_hosts_register_names_each_bad_entry_its_host_and_field_and_publishes_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "- {host_id: h1, status: up, cpu_cores: 8, physical_mem_mb: 4096, mem_free_mb: 4000}\n"
+        "- {host_id: h2, status: sideways, cpu_cores: 8, physical_mem_mb: 4096, mem_free_mb: 4000}\n"
+        "- {host_id: h3, status: up, cpu_cores: 8, physical_mem_mb: 4096, mem_fre_mb: 4000}\n"
+        "- {cluster_id: c2, host_id: h4, status: up, cpu_cores: 8, physical_mem_mb: 4096, mem_free_mb: 4000}\n"
+        "- 7\n"
+    )
+    code, err = run(capsys, "hosts", "register", "--cluster", "c1", str(hosts))
+    assert code == EXIT_USAGE
+    lines = err.splitlines()
+    assert lines[0] == f"vmsched: {hosts}: 4 problem(s), nothing published:"
+    assert lines[1].startswith("  entry 2 (host h2): status: Input should be ")
+    assert lines[2:5] == [
+        "  entry 3 (host h3): mem_fre_mb: not a field of a host report",
+        "  entry 4 (host h4): cluster_id: 'c2' is not the cluster named by --cluster, c1",
+        "  entry 5: expected a mapping of a host's fields, not int",
+    ]
+    assert len(lines) == 6  # and the hint
+    assert lines[5].startswith("  fix the entries named above")
+
+
+def test_hosts_register_reads_the_whole_file_before_it_connects(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    hosts = tmp_path / "hosts.json"
+    entry = {"host_id": "h1", "status": "up", "cpu_cores": 8, "physical_mem_mb": 4096, "mem_free_mb": 4000}
+    hosts.write_text(json.dumps({"hosts": [entry, entry]}))
+    code, err = run(capsys, "hosts", "register", "--cluster", "c1", str(hosts))
+    assert (code, err.splitlines()[1]) == (EXIT_USAGE, "  entry 2 (host h1): host_id: entry 1 is that host too")
+    hosts.write_text(json.dumps([entry]))  # valid, no reported_at: so the broker is asked, and is away
+    monkeypatch.setenv("VMSCHED_AMQP_URL", f"amqp://guest:guest@{NOWHERE}/")
+    code, err = run(capsys, "hosts", "register", "--cluster", "c1", str(hosts))
+    assert code == EXIT_ERROR
+    assert err.startswith("vmsched: bus_unavailable: ")
+    hosts.write_text("{}")
+    code, err = run(capsys, "hosts", "register", "--cluster", "c1", str(hosts))
+    assert code == EXIT_USAGE
+    assert err.startswith(f"vmsched: {hosts}: expected a list of hosts")
+
+
 # ---------------------------------------------------------------------- servers that are down
 
 
@@ -327,6 +373,21 @@ def test_a_taken_metrics_port_is_a_setting_error_naming_the_port(
     assert f"vmsched: metrics port {port} is taken: another process listens on 127.0.0.1:{port}" in lines[-2]
     assert "VMSCHED_METRICS_PORT" in lines[-2]
     assert lines[-1].startswith("  set VMSCHED_METRICS_PORT to a free port")
+
+
+def test_attach_keeps_the_clusters_overrides_and_ha_reservation_unless_changed_and_says_what_goes() -> None:
+    current = ClusterAttachment(cluster_id="c1", policy="p", properties={"A": "1", "B": "2"}, ha_reservation=True)
+    kept, notes = policy_commands.merged_attachment(current, "c1", "q", set_={"B": "3"}, unset=[], ha_reservation=None)
+    assert (kept.policy, kept.properties, kept.ha_reservation, notes) == ("q", {"A": "1", "B": "3"}, True, [])
+
+    off, notes = policy_commands.merged_attachment(current, "c1", "p", set_={}, unset=["A"], ha_reservation=False)
+    assert (off.properties, off.ha_reservation) == ({"B": "2"}, False)
+    assert notes == ["property override A=1 removed", "HA reservation turned OFF for cluster c1 (it was on)"]
+
+    new, notes = policy_commands.merged_attachment(None, "c2", "p", set_={"A": "1"}, unset=[], ha_reservation=None)
+    assert (new.properties, new.ha_reservation, notes) == ({"A": "1"}, False, [])
+    with pytest.raises(errors.InvalidRequest, match="--unset X: cluster c1 has no override of X"):
+        policy_commands.merged_attachment(current, "c1", "p", set_={}, unset=["X"], ha_reservation=None)
 
 
 def test_a_failure_is_printed_as_code_message_and_hint(

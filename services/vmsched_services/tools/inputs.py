@@ -30,6 +30,10 @@ POLICY_CAP = 1 * MB
 NOVA_CONF_CAP = 4 * MB
 #: A VM (`vmsched schedule --vm`) is a few hundred bytes; no flag (the bus carries 4 MB at most).
 VM_CAP = 1 * MB
+#: Hosts' reports (`vmsched hosts register`): a host is about 1 KB as JSON (networks, traits, groups
+#: make it more), so 4 MB is some thousands of hosts, more than a cluster has; YAML that size reads in
+#: some seconds. Flag: --max-size.
+HOSTS_CAP = 4 * MB
 #: A workload as JSON or CSV (both parsed in C): 64 MB is ~400,000 VM arrivals, several times the
 #: simulator's 100,000-event target; it reads in seconds. Flag: simulate --max-workload-size.
 WORKLOAD_CAP = 64 * MB
@@ -95,6 +99,7 @@ def _too_big(name: str, size: str, kind: str, cap: int, hint: str | None) -> Usa
 
 
 __all__ = [
+    "HOSTS_CAP",
     "NOVA_CONF_CAP",
     "POLICY_CAP",
     "VM_CAP",

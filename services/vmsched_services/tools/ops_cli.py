@@ -1,12 +1,13 @@
 """The parsers of the operators' commands: `decisions`, `ha-check`, `dead-letters`, `clusters`,
-`hosts remove`. The commands themselves are in vmsched_services.tools.ops.
+`hosts register|remove`. The commands themselves are in vmsched_services.tools.ops (and
+host_reports, `hosts register`).
 """
 
 from __future__ import annotations
 
 import argparse
 
-from vmsched_services.tools import ops
+from vmsched_services.tools import host_reports, ops
 from vmsched_services.tools.clikit import (
     SubParsers,
     add_cluster,
@@ -18,6 +19,7 @@ from vmsched_services.tools.clikit import (
     seconds,
     vmsched_id,
 )
+from vmsched_services.tools.inputs import HOSTS_CAP, byte_size, human
 
 
 def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
@@ -98,6 +100,26 @@ def _add_cluster_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
     add_timeout(s)
 
     hosts = group(sub, "hosts", "hosts of a cluster")
+    s = command(
+        hosts,
+        "register",
+        "publish hosts' reports from a JSON or YAML file, as the engine would (checked whole first)",
+        host_reports.cmd_hosts_register,
+        description="Publish hosts' reports from a file, as the engine publishes them: a JSON or YAML list of "
+        "host reports (contracts/schemas/HostReport.json; cluster_id and reported_at may be left out), or a "
+        "mapping whose `hosts` is that list. Every entry is checked first; one that is not a valid host report "
+        "is named with its number, host and field, and nothing is published.",
+    )
+    add_cluster(s)
+    s.add_argument("file", metavar="FILE", help="the hosts, JSON or YAML; - for standard input")
+    s.add_argument(
+        "--max-size",
+        type=byte_size,
+        default=HOSTS_CAP,
+        metavar="SIZE",
+        help=f"refuse a bigger file, unread (default: {human(HOSTS_CAP)}; K, M, G suffixes)",
+    )
+
     s = command(
         hosts,
         "remove",

@@ -64,11 +64,28 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("name", help="the new policy's name")
     p.add_argument("--description", help="the new policy's description (default: the source's)")
     add("delete", "delete a policy no cluster uses").add_argument("name", help="the policy's name")
-    p = add("attach", "make a cluster run a policy")
+    p = add(
+        "attach",
+        "make a cluster run a policy; its property overrides and HA reservation are kept unless changed",
+    )
     p.add_argument("cluster", help="the cluster's id")
     p.add_argument("policy", help="the policy's name")
-    p.add_argument("--set", action="append", metavar="NAME=VALUE", help="a property override for this cluster")
-    p.add_argument("--ha-reservation", action="store_true", help="keep room to restart one failed host's HA VMs")
+    p.add_argument(
+        "--set", action="append", metavar="NAME=VALUE", help="a property override for this cluster (others are kept)"
+    )
+    p.add_argument("--unset", action="append", metavar="NAME", help="remove this cluster's override of a property")
+    p.add_argument(
+        "--ha-reservation",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="keep room to restart one failed host's HA VMs, or not (default: as the cluster has it now; off for "
+        "a cluster attached for the first time)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="attach a cluster vmsched does not know yet (no state reported, no policy attached)",
+    )
     p.add_argument("--dry-run", action="store_true", help="validate and show the change, store nothing")
     add("detach", "the cluster goes back to the default policy").add_argument("cluster", help="the cluster's id")
     add("history", "a policy's stored versions and what each changed").add_argument("name", help="the policy's name")

@@ -15,8 +15,9 @@ import yaml
 from pydantic import ValidationError
 
 from vmsched import bounded_text
+from vmsched.client import SchedulerClient
 from vmsched.contracts import ApplyReport, ChangeAction, ClusterAttachment, PolicyDocument, PolicySet
-from vmsched.errors import InvalidRequest, RemoteError
+from vmsched.errors import CommandError, InvalidRequest, NoConsumer, NotFound, RemoteError
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy_docs import diff
 from vmsched.scheduling.units.registry import REGISTRY
@@ -158,14 +159,69 @@ def _properties(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
+async def _cluster_known(cluster: str, admin: PolicyClient) -> None:
+    """Refuse a cluster vmsched has never heard of (no policy attached, no state: a mistyped id, most
+    likely); --force skips this, for a cluster the engine has not reported yet."""
+    try:
+        await SchedulerClient(admin.settings, bus=admin.bus).state(cluster)
+    except NoConsumer:
+        raise CommandError(
+            f"cannot tell whether cluster {cluster} exists: no state-tracker answers",
+            hint="start it (`vmsched run state-tracker`), or pass --force to attach without checking",
+        ) from None
+    except RemoteError as exc:
+        if exc.remote_code != "unknown_cluster":
+            raise
+        raise NotFound(
+            f"cluster {cluster} is unknown: no state has been reported for it and no policy is attached to it; "
+            "nothing attached",
+            hint="check the id (`vmsched clusters list` shows the clusters with state); to attach a policy "
+            "before the engine reports the cluster, pass --force",
+        ) from None
+
+
+def merged_attachment(
+    current: ClusterAttachment | None,
+    cluster: str,
+    policy: str,
+    *,
+    set_: dict[str, str],
+    unset: list[str],
+    ha_reservation: bool | None,
+) -> tuple[ClusterAttachment, list[str]]:
+    """The attachment `attach` stores: the cluster's current one (its overrides, its HA reservation)
+    with what the command gives changed, and a line for each thing that is turned off or dropped."""
+    properties = dict(current.properties) if current is not None else {}
+    notes: list[str] = []
+    for name in unset:
+        if name not in properties:
+            raise InvalidRequest(f"--unset {name}: cluster {cluster} has no override of {name}")
+        notes.append(f"property override {name}={properties.pop(name)} removed")
+    properties.update(set_)
+    was_on = current is not None and current.ha_reservation
+    ha = was_on if ha_reservation is None else ha_reservation
+    if was_on and not ha:
+        notes.append(f"HA reservation turned OFF for cluster {cluster} (it was on)")
+    attachment = ClusterAttachment(cluster_id=cluster, policy=policy, properties=properties, ha_reservation=ha)
+    return attachment, notes
+
+
 async def _attach(args: argparse.Namespace, admin: PolicyClient) -> int:
-    attachment = ClusterAttachment(
-        cluster_id=args.cluster,
-        policy=args.policy,
-        properties=_properties(args.set),
+    current = next((a for a in (await admin.read()).clusters if a.cluster_id == args.cluster), None)
+    if current is None and not args.force:
+        await _cluster_known(args.cluster, admin)
+    attachment, notes = merged_attachment(
+        current,
+        args.cluster,
+        args.policy,
+        set_=_properties(args.set),
+        unset=args.unset or [],
         ha_reservation=args.ha_reservation,
     )
-    print(render_report(await admin.apply(PolicySet(clusters=[attachment]), dry_run=args.dry_run)))
+    report = await admin.apply(PolicySet(clusters=[attachment]), dry_run=args.dry_run)
+    print(render_report(report))
+    for note in notes:
+        _say(f"{'would be: ' if args.dry_run else ''}{note}")
     return OK
 
 
@@ -255,4 +311,4 @@ COMMANDS: dict[str, Command] = {
     "import-nova": _import_nova,
 }
 
-__all__ = ["COMMANDS", "dump_set", "read_set", "render_report", "run"]
+__all__ = ["COMMANDS", "dump_set", "merged_attachment", "read_set", "render_report", "run"]
