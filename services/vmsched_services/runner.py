@@ -73,3 +73,8 @@ async def run(
         if health is not None:
             health.stopping()
         await rt.close()
+        # Python's own handlers again: a process that goes on after the services (a test, a
+        # command that ran them in-process) must not have its Ctrl-C go to a finished run.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(sig)

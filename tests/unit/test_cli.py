@@ -442,6 +442,8 @@ def test_debug_shows_the_traceback(
 def sigint_restored() -> Iterator[None]:
     """main ignores Ctrl-C once interrupted (the process is ending); the test process must not."""
     handler = signal.getsignal(signal.SIGINT)
+    # Python's own: whatever an earlier test left (an event loop's handler) must not decide this one.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, handler)
     logging.getLogger("asyncio").setLevel(logging.NOTSET)

@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 
 from vmsched.contracts import DecisionStatus
 from vmsched.settings import Settings
-from vmsched.store import ClusterLock, DecisionStore, Keys
+from vmsched.store import ClusterLock, DecisionStore, Keys, PendingStore
 from vmsched.store.redis import connect
 from vmsched_services.tools.chaos.base import (
     Host,
@@ -164,10 +164,39 @@ async def _max_tokens(outcomes: list[Outcome]) -> dict[str, int]:
     return tokens
 
 
+#: How long the figures wait for every cluster's keys to be readable again after the failover.
+READABLE_WAIT_S = 30.0
+
+
+async def _readable(settings: Settings, clusters: set[str]) -> None:
+    """Until every cluster's pending records read without a connection error, from a new client.
+
+    The figures are read right after the stream: a Redis Cluster node that has not yet learnt of
+    the promotion can still hand a new client the killed master for some slots (the services'
+    clients, which lived through it, already moved on). What is measured is the data, so the
+    reading waits for the topology to settle instead of failing the experiment.
+    """
+    end = time.monotonic() + READABLE_WAIT_S
+    while True:
+        redis = connect(settings)
+        try:
+            store = PendingStore(redis, settings)
+            for cid in clusters:
+                await store.read(cid)
+            return
+        except RedisError:
+            if time.monotonic() > end:
+                raise
+            await asyncio.sleep(0.5)
+        finally:
+            await redis.aclose()
+
+
 async def _figures(
     res: Result, settings: Settings, hosts: list[Host], outcomes: list[Outcome], tokens_before: dict[str, int]
 ) -> None:
     placement_figures(res, outcomes, hosts)
+    await _readable(settings, {o.cluster_id for o in outcomes})
     res.figures["pending_mismatches"] = await pending_duplicates(settings, outcomes)
     redis = connect(settings)
     try:
