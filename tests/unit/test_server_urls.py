@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from vmsched.reach.tls import TlsFiles, postgres_context, postgres_sslmode
-from vmsched.settings import Settings, redact_url, url_problem
+from vmsched.settings import Settings, redacted_url, url_problem
 
 
 @pytest.mark.parametrize(
@@ -55,9 +55,9 @@ def test_a_missing_tls_file_is_refused_by_name() -> None:
 
 
 def test_passwords_are_redacted_even_in_urls_that_do_not_parse() -> None:
-    assert redact_url("amqp://u:secret@h:5672/") == "amqp://u:***@h:5672/"
-    assert "secret" not in redact_url("amqp://u:secret@h:abc/")
-    assert redact_url("redis://h/0") == "redis://h/0"
+    assert redacted_url("amqp://u:secret@h:5672/") == "amqp://u:***@h:5672/"
+    assert "secret" not in redacted_url("amqp://u:secret@h:abc/")
+    assert redacted_url("redis://h/0") == "redis://h/0"
 
 
 def test_postgres_tls_follows_the_sslmode_of_the_url() -> None:

@@ -225,7 +225,31 @@ class NotAuthorized(VmschedError):
     )
 
 
-class ServerUnavailable(VmschedError):
+class _Unreached:
+    """What ServerUnavailable and BusUnavailable add to an error: why the connection was not made
+    (`kind`) and what to do (`hint`). Not an error of its own: a part of those two."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        location: str | None = None,
+        kind: ConnectionFailure = "away",
+        hint: str | None = None,
+    ) -> None:
+        super().__init__(message, location=location)  # type: ignore[call-arg]  # VmschedError's, next in the MRO
+        #: What kept the connection from being made (ConnectionFailure).
+        self.kind: ConnectionFailure = kind
+        #: What to do about it, for the operator (the CLI prints it under the message).
+        self.hint = hint
+
+    @property
+    def needs_action(self) -> bool:
+        """Whether waiting cannot help: a setting, a certificate or a user's rights must change."""
+        return self.kind in NEEDS_ACTION
+
+
+class ServerUnavailable(_Unreached, VmschedError):
     """A server a service needs (Redis, PostgreSQL) cannot be reached now.
 
     The bus's dispatcher treats it as transient: the message is tried again (VMSCHED_TRANSIENT_ATTEMPTS),
@@ -238,25 +262,6 @@ class ServerUnavailable(VmschedError):
     meaning = "retryable: a server the service needs cannot be reached right now; send the request again later"
     #: Another attempt may succeed (the server comes back by itself); False where someone must act first.
     retryable: ClassVar[bool] = True
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        location: str | None = None,
-        kind: ConnectionFailure = "away",
-        hint: str | None = None,
-    ) -> None:
-        super().__init__(message, location=location)
-        #: What kept the connection from being made (ConnectionFailure).
-        self.kind: ConnectionFailure = kind
-        #: What to do about it, for the operator (the CLI prints it under the message).
-        self.hint = hint
-
-    @property
-    def needs_action(self) -> bool:
-        """Whether waiting cannot help: a setting, a certificate or a user's rights must change."""
-        return self.kind in NEEDS_ACTION
 
 
 class RedisUnavailable(ServerUnavailable):
@@ -298,28 +303,9 @@ class NoConsumer(BusError):
     meaning = "the request was returned unroutable, or no service consumes its queue"
 
 
-class BusUnavailable(BusError):
+class BusUnavailable(_Unreached, BusError):
     code = "bus_unavailable"
     meaning = "RabbitMQ cannot be reached right now (the bus reconnects by itself)"
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        location: str | None = None,
-        kind: ConnectionFailure = "away",
-        hint: str | None = None,
-    ) -> None:
-        super().__init__(message, location=location)
-        #: What kept the connection from being made (ConnectionFailure), as for ServerUnavailable.
-        self.kind: ConnectionFailure = kind
-        #: What to do about it, for the operator.
-        self.hint = hint
-
-    @property
-    def needs_action(self) -> bool:
-        """Whether waiting cannot help: a setting, a certificate or a user's rights must change."""
-        return self.kind in NEEDS_ACTION
 
 
 class RemoteError(BusError):

@@ -27,24 +27,11 @@ URL_FORMS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def redact_url(url: str) -> str:
-    """`url` without its password, for messages and logs (also when it cannot be parsed)."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        userinfo, _, hosts = parts.netloc.rpartition("@")
-        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return re.sub(r"(//[^/:@]*):[^@/]*@", r"\1:***@", url)
-
-
 def url_problem(url: str, server: str) -> str | None:
     """What is wrong with `url` as the URL of a `server` ("amqp", "redis", "postgres"), else None:
     its scheme, host and port are checked (the first of those that is wrong is named)."""
     schemes, form = URL_FORMS[server]
-    shown = repr(redact_url(url))
+    shown = repr(redacted_url(url))
     try:
         parts = urlsplit(url)
     except ValueError as exc:
@@ -164,6 +151,11 @@ class Settings(BaseSettings):
     #: cluster removals (HostRemoved, ClusterRemoved) only from it or from an administrator, since
     #: policy-admin publishes them on an administrator's authorized request.
     policy_admin_user: str = "vmsched-policy-admin"
+
+    @property
+    def amqp_user(self) -> str | None:
+        """The user VMSCHED_AMQP_URL logs in as (None when it names none: a certificate's)."""
+        return urlsplit(self.amqp_url).username or None
 
     @property
     def admin_user_names(self) -> frozenset[str]:

@@ -13,7 +13,6 @@ import sys
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
 from vmsched.errors import CommandError, NotFound, UsageError
 
@@ -94,16 +93,10 @@ def debug_requested() -> bool:
 
 
 def redacted(url: str) -> str:
-    """A server URL without its password, for messages."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    except ValueError:
-        return "<unparsable URL>"
+    """A server URL without its password, for messages (vmsched.settings.redacted_url)."""
+    from vmsched.settings import redacted_url
+
+    return redacted_url(url)
 
 
 # ---------------------------------------------------------------- argument types

@@ -19,15 +19,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from urllib.parse import urlsplit
-
     from vmsched_services import SERVICES
     from vmsched_services.runner import run
 
     cfg = settings()
     # Development: one process, one user with every right; that user administers too, so the
     # `vmsched` commands run as it (guest on a local broker) can change policies.
-    own = urlsplit(cfg.amqp_url).username or "guest"
+    own = cfg.amqp_user or "guest"  # aio-pika's user when the URL names none
     cfg = cfg.model_copy(update={"admin_users": ",".join(filter(None, (cfg.admin_users, own)))})
     asyncio.run(run(list(SERVICES), cfg))
     return EXIT_OK

@@ -28,8 +28,6 @@ from datetime import UTC, datetime
 from types import EllipsisType
 from typing import Any, TypeVar
 
-from yarl import URL
-
 from vmsched import constants as c
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode, type_name
@@ -40,13 +38,6 @@ from vmsched.settings import Settings
 
 Req = TypeVar("Req", bound=Message)
 Rep = TypeVar("Rep", bound=Message)
-
-
-def _url_user(url: str) -> str | None:
-    try:
-        return URL(url).user or None
-    except Exception:
-        return None
 
 
 def topic_matches(pattern: str, key: str) -> bool:
@@ -275,7 +266,7 @@ class MemoryBus(Bus):
         self.settings = settings
         #: Stamped on every request and event this bus sends, as the AMQP user_id property RabbitMQ
         #: vouches for (None: none, as a sender that sets none); tests vary it to test authorization.
-        self.user_id: str | None = _url_user(settings.amqp_url) if isinstance(user_id, EllipsisType) else user_id
+        self.user_id: str | None = settings.amqp_user if isinstance(user_id, EllipsisType) else user_id
         self.broker = broker or MemoryBroker()
         self.service = service
         self.dispatcher = Dispatcher(settings, service)

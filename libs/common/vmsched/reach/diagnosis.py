@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from vmsched.errors import ConnectionFailure
 from vmsched.reach.probe import NAMES, Answer, handshake_refusal, identify
 from vmsched.reach.tls import Server, TlsFiles
-from vmsched.settings import redact_url
+from vmsched.settings import redacted_url
 
 E = TypeVar("E", bound=BaseException)
 
@@ -93,7 +93,7 @@ class Target:
 
     @property
     def shown_url(self) -> str:
-        return redact_url(self.url)
+        return redacted_url(self.url)
 
 
 def causes(exc: BaseException) -> Iterator[BaseException]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from vmsched.errors import CommandError
-from vmsched.settings import Settings, redact_url
+from vmsched.settings import Settings, redacted_url
 from vmsched_services.tools.security import redis_acl
 
 #: Runs `rabbitmqctl ARGS...` against the right node; its output (raises if it failed).
@@ -61,7 +61,7 @@ def rabbitmq_with_api(definitions: Path, api_url: str, user: str, password: str)
     parts = urlsplit(api_url)
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise CommandError(
-            f"--rabbitmq-api {redact_url(api_url)!r} is not an http(s)://host:port URL of the management API"
+            f"--rabbitmq-api {redacted_url(api_url)!r} is not an http(s)://host:port URL of the management API"
         )
     body = definitions.read_bytes()
     request = urllib.request.Request(

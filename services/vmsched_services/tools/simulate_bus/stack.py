@@ -8,7 +8,6 @@ import contextlib
 import signal
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 import aio_pika
 
@@ -84,10 +83,6 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
             await redis.aclose()
 
 
-def _amqp_user(url: str) -> str:
-    return urlsplit(url).username or "guest"
-
-
 async def _start(names: list[str], settings: Settings, stop: asyncio.Event) -> asyncio.Task[None]:
     await migrate(settings.postgres_url)  # the selector reads policies; idempotent
     quiet = settings.model_copy(
@@ -103,7 +98,7 @@ async def _start(names: list[str], settings: Settings, stop: asyncio.Event) -> a
             # The command attaches its policy to its clusters and removes them after: the services
             # it runs itself take its own user (whoever runs the whole stack) as an administrator.
             # Services already running elsewhere decide for themselves (VMSCHED_ADMIN_USERS).
-            "admin_users": ",".join(filter(None, (settings.admin_users, _amqp_user(settings.amqp_url)))),
+            "admin_users": ",".join(filter(None, (settings.admin_users, settings.amqp_user or "guest"))),
         }
     )
     ready = asyncio.Event()

@@ -31,7 +31,7 @@ from vmsched.bus.amqp.nodes import FailoverConnection, connect_failover
 from vmsched.bus.codec import safe_text
 from vmsched.errors import BusUnavailable, NotAuthorized
 from vmsched.logging import get_logger
-from vmsched.settings import Settings
+from vmsched.settings import Settings, redacted_url
 
 log = get_logger("vmsched.bus")
 
@@ -74,11 +74,7 @@ def work_queue_arguments(settings: Settings, dead_letter_exchange: str) -> dict[
 
 def redacted(url: str) -> str:
     """The AMQP URL without its password, for messages and logs."""
-    try:
-        u = URL(url)
-        return str(u.with_password("***")) if u.password else str(u)
-    except Exception:
-        return "<unparsable AMQP URL>"
+    return redacted_url(url)
 
 
 def broker_address(url: str) -> str:
@@ -104,6 +100,8 @@ class BrokerLink:
         #: The background reopening of the publishing channel after a nack, and when it last began.
         self._renewing: asyncio.Task[None] | None = None
         self._renewed_at = float("-inf")
+        #: (node URL, its user): user_id's cache.
+        self._user_of: tuple[str, str | None] = ("", None)
 
     def name(self, raw: str) -> str:
         """Exchange and queue names carry the configured prefix (tests isolate runs with it)."""
@@ -131,11 +129,16 @@ class BrokerLink:
     def user_id(self) -> str | None:
         """The AMQP user the connection logs in as, put on every request and event published as the
         `user_id` property: RabbitMQ refuses a publish whose user_id is another user's, so a
-        receiver can trust it (None when the URL names no user, e.g. a certificate's identity)."""
-        try:
-            return URL(self.node_url).user or None
-        except Exception:
-            return None
+        receiver can trust it (None when the URL names no user, e.g. a certificate's identity).
+        Read off the node's URL once per node, not on every publish."""
+        url = self.node_url
+        if self._user_of[0] != url:
+            try:
+                user = URL(url).user or None
+            except Exception:
+                user = None
+            self._user_of = (url, user)
+        return self._user_of[1]
 
     @property
     def declares(self) -> bool:

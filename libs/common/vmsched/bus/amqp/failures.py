@@ -14,7 +14,7 @@ from vmsched.bus.amqp.nodes import amqp_urls
 from vmsched.bus.codec import safe_text
 from vmsched.errors import BusUnavailable
 from vmsched.reach import Diagnosis, Target, TlsFiles, find_cause, no_server, probed, tls_refused
-from vmsched.settings import Settings, redact_url
+from vmsched.settings import Settings, redacted_url
 
 #: What the broker's refusals to a user look like: the login itself, a virtual host, a resource.
 _LOGIN: tuple[type[aiormq.exceptions.AMQPConnectionError], ...] = (
@@ -87,7 +87,7 @@ async def connect_failure(settings: Settings, exc: BaseException) -> BusUnavaila
     found = await asyncio.to_thread(diagnose, settings, urls[-1], exc)
     if len(urls) == 1:
         return found
-    tried = ", ".join(redact_url(u) for u in urls)
+    tried = ", ".join(redacted_url(u) for u in urls)
     return BusUnavailable(f"{found.message} (tried {tried} in turn)", kind=found.kind, hint=found.hint)
 
 
