@@ -94,6 +94,13 @@ class PrivateRedis(PrivateServer):
                 # The masters left serve their own slots while one has no one to take over its own.
                 "--cluster-require-full-coverage",
                 "no",
+                # A replica takes over however long it was cut off from its master. On a loaded
+                # 2-core machine a replica's link can look stale for longer than the default
+                # allows (validity factor 10 x node timeout), and it then refuses to fail over at
+                # all ("Disconnected from master for longer than allowed"): the slots stay down.
+                # vmsched is built to survive the data a stale replica lacks (generations).
+                "--cluster-replica-validity-factor",
+                "0",
             ]
         return cmd
 
