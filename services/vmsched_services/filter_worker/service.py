@@ -3,10 +3,10 @@
 Thin by design: decode, bring the cluster's cached state up to the request's version, call the pure
 logic (vmsched.scheduling.placement.place_group: filter, weigh and select each request of the group
 in order, returning the pending records of the ones placed, which the selector records as they are;
-or pipeline.run_filters for one VM), encode. Each RPC is also served on this worker's catalogue route,
-and a request naming a unit it lacks is refused naming it (vmsched_services.worker_units). A group still being placed when its caller is about to
-stop waiting (the message's x-deadline-ms) stops: the rest is `expired`. Run as many as the load
-needs: they share the queues.
+or pipeline.run_filters for one VM), encode. Each RPC is also served on this worker's catalogue
+route, and a request naming a unit it lacks is refused naming it (vmsched_services.worker_units).
+A group still being placed when its caller is about to stop waiting (the message's x-deadline-ms)
+stops: the rest is `expired`. Run as many as the load needs: they share the queues.
 """
 
 from __future__ import annotations

@@ -198,19 +198,12 @@ class Placing:
         ours = {vm.vm_id for vm in req.vms}
 
         async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> Screening:
-            async def send(route: str) -> Screening:
-                reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
-                return Screening(reply.survivors, reply.removed)
-
             with timed(self.timer, stages, "filter"):
-                return await self.routed(c.RPC_FILTER, [f.unit for f in policy.filters], policy, send)
+                return await self._filter(turn, version, vm, hosts, seen)
 
         async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> ScoreTable:
-            async def send(route: str) -> ScoreTable:
-                return await weigh_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
-
             with timed(self.timer, stages, "weigh"):
-                return await self.routed(c.RPC_WEIGH, [w.unit for w in policy.weights], policy, send)
+                return await self._weigh(turn, version, vm, hosts, seen)
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             expires = time.time() + self.settings.pending_ttl_s
@@ -235,6 +228,29 @@ class Placing:
             return Verdict(turn, [], [], outcome.explanation, version)
         assert isinstance(outcome, Placed)
         return Verdict(turn, outcome.placements, outcome.pending, outcome.explanation, version)
+
+    async def _filter(
+        self, turn: Turn, version: int, vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]
+    ) -> Screening:
+        """One VM's filter call, to a filter-worker having the policy's filters."""
+        req, policy = turn.req, turn.policy
+
+        async def send(route: str) -> Screening:
+            reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
+            return Screening(reply.survivors, reply.removed)
+
+        return await self.routed(c.RPC_FILTER, [f.unit for f in policy.filters], policy, send)
+
+    async def _weigh(
+        self, turn: Turn, version: int, vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]
+    ) -> ScoreTable:
+        """One VM's weigh call, to a weigher having the policy's weights."""
+        req, policy = turn.req, turn.policy
+
+        async def send(route: str) -> ScoreTable:
+            return await weigh_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
+
+        return await self.routed(c.RPC_WEIGH, [w.unit for w in policy.weights], policy, send)
 
 
 def _outcome(turn: Turn, result: PlaceResult, token: int, pending_version: int, version: int) -> Outcome | RemoteError:

@@ -6,6 +6,7 @@ it is built.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vmsched import constants as c
@@ -110,6 +111,28 @@ def queues() -> list[dict[str, Any]]:
                 "consumedBy": f"every {server} process (competing consumers)",
                 "description": f"Requests for route `{route}`. Until a {server} has started once, a request "
                 "for the route is unroutable (returned to a publisher that set `mandatory`).",
+            }
+        )
+    for route, server in c.CATALOGUE_ROUTES.items():
+        out.append(
+            {
+                "name": f"{c.RPC_QUEUES[route]}.<catalogue>",
+                "namePattern": f"^{re.escape(c.RPC_QUEUES[route])}\\.[0-9a-f]{{{c.CATALOGUE_HASH_LENGTH}}}$",
+                "durable": True,
+                "exclusive": False,
+                "autoDelete": False,
+                "arguments": dlx_argument,
+                "x-vmsched-arguments-from": from_settings,
+                "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
+                "bindings": [{"exchange": c.rpc_exchange(route), "routingKey": f"{route}.<catalogue>"}],
+                "declaredBy": f"each {server}, when it starts serving `{route}` (even with "
+                "VMSCHED_AMQP_DECLARE=false: no definitions can know its name)",
+                "consumedBy": f"every {server} process whose unit catalogue hashes to <catalogue> "
+                "(competing consumers)",
+                "description": f"Requests for route `{route}` under a policy some running {server} processes lack "
+                f"units of: <catalogue> ({c.CATALOGUE_HASH_LENGTH} hex digits) is the hash of the units and their "
+                "origins of the processes that have them all, as each announces it in Redis. Every such process "
+                "also consumes the plain queue. An engine never sends here; the selector does.",
             }
         )
     out.append(
