@@ -189,6 +189,7 @@ def queues() -> list[dict[str, Any]]:
 def names() -> dict[str, Any]:
     prefixed_exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.ENGINE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    prefixed_queues += [f"{c.RPC_QUEUES[route]}.<catalogue>" for route in c.CATALOGUE_ROUTES]
     return {
         "description": "Every exchange and queue name in this document is shown without the deployment's "
         "prefix. The prefix is the setting VMSCHED_AMQP_PREFIX (default empty; tests use one per run) and "
