@@ -4,9 +4,8 @@ newer events must get through."""
 
 from __future__ import annotations
 
-import re
-
 import json
+import re
 import typing
 import uuid
 from pathlib import Path

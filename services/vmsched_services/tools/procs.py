@@ -25,8 +25,8 @@ import aio_pika
 
 from vmsched import constants as c
 from vmsched.scheduling.units import BUILTIN_UNITS, REGISTRY
-from vmsched.store.catalogues import catalogue_hash, units_of
 from vmsched.settings import Settings
+from vmsched.store.catalogues import catalogue_hash, units_of
 from vmsched_services import SERVICES
 
 if TYPE_CHECKING:
