@@ -2,11 +2,12 @@
 
 Units come from packages installed next to vmsched (plugins), so two instances of one service can
 differ: a filter-worker on a machine without a plugin cannot run its filter. Every instance writes
-its catalogue (unit name -> origin) under a key of its own with a time to live and renews it while
-it runs (`announce_units`, started by the runner); `available_units()` tells, per service, the
-units every live instance has. Policy administration asks before it accepts a policy, so a policy
-naming a unit that some running filter-worker, weigher or balancer lacks is refused up front rather
-than failing decisions on that instance.
+its catalogue (unit name -> origin, and its `catalogue_hash`) under a key of its own with a time to
+live and renews it while it runs (`announce_units`, started by the runner); `instances()` lists
+them, `available_units()` tells, per service, the units every live instance has. The selector sends
+a policy's calls only to workers having all its units (vmsched.lifecycle.routes: workers alike share
+the queues of their catalogue hash), and policy administration refuses a policy no running instance
+could run, warning about the instances that lack some unit (vmsched_services.policy_admin.availability).
 
 Keys (vmsched.store.keys): `{prefix}:units:{service}:{instance}` holds the instance's announcement
 (JSON), PX = the catalogue TTL; `{prefix}:units-index` is a sorted set of those keys scored by when
