@@ -109,7 +109,7 @@ def test_no_worker_with_every_unit_names_each_instance_and_what_it_lacks() -> No
 def test_policy_admin_refuses_only_what_no_worker_can_run_and_warns_about_instances_lacking_units() -> None:
     doc = PolicyDocument(
         name="racks",
-        filters=[{"unit": "Memory"}, {"unit": "RackLabelFilter"}],  # type: ignore[list-item]
+        filters=[{"unit": "Memory"}, {"unit": "RackLabelFilter"}],
         weights=[],
     )
     mixed = [instance("filter-worker", "plain", BUILTINS), instance("filter-worker", "racks", PLUGIN)]
