@@ -14,7 +14,7 @@ from vmsched.metrics import set_cluster_label_limit
 from vmsched.runtime import DEGRADING_CHECKS, Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
-from vmsched.store.catalogues import UnitCatalogues, announce_units
+from vmsched.store.catalogues import UnitCatalogues, announce_units, units_of
 from vmsched_services import SERVICES
 
 log = get_logger("vmsched.runner")
@@ -43,7 +43,7 @@ async def run(
     set_cluster_label_limit(settings.metrics_cluster_labels)
     health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s, host=settings.metrics_host)
     # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
-    units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
+    units = units_of(REGISTRY.load(settings))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if health is not None:
@@ -54,7 +54,8 @@ async def run(
     rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
     try:
         # Spawned first: its first announcement goes out while the services below connect.
-        rt.spawn(announce_units(UnitCatalogues(rt.redis, settings), names, units), "unit-catalogue")
+        catalogues = UnitCatalogues(rt.redis, settings)
+        rt.spawn(announce_units(catalogues, names, units, instance=rt.instance), "unit-catalogue")
         # Nothing is consumed before the servers the services need are known to answer.
         await rt.bus.pause_consuming()
         for name in (n for n in SERVICES if n in names):  # start order: state-tracker first

@@ -27,7 +27,7 @@ from vmsched.policy_cache import PolicyCache
 from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
-from vmsched.store.catalogues import UnitCatalogues
+from vmsched.store.catalogues import UnitCatalogues, catalogue_hash
 from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
@@ -184,10 +184,11 @@ async def test_a_cached_policy_is_read_again_after_its_ttl_even_without_an_event
         await rt.close()
 
 
-async def test_a_unit_some_running_worker_lacks_is_refused_at_save_time(
+async def test_a_unit_some_running_worker_lacks_is_saved_with_a_warning_naming_that_instance(
     stack: Settings, buses: Buses, admin: PolicyClient, unique: str
 ) -> None:
-    # Another filter-worker instance runs without the Swap filter (an older build, a missing plugin).
+    # Another filter-worker instance runs without the Swap filter (an older build, a missing plugin);
+    # this stack's own filter-worker has it, so the policy's calls go there (vmsched.lifecycle.routes).
     redis = connect(stack)
     catalogues = UnitCatalogues(redis, stack)
     older = {name: "builtin" for name in REGISTRY if name != "Swap"}
@@ -199,11 +200,19 @@ async def test_a_unit_some_running_worker_lacks_is_refused_at_save_time(
         listing = await admin.units()
         assert "Swap" not in listing.running["filter-worker"]
         assert "Memory" in listing.running["filter-worker"]
-        with pytest.raises(RemoteError, match="filter unit Swap is not available in the running filter-worker"):
-            await admin.apply(PolicySet(policies=[doc]))
+        old = next(i for i in listing.instances if i.instance == f"old-{unique}")
+        assert (old.service, old.lacks, old.catalogue) == ("filter-worker", ["Swap"], catalogue_hash(older))
+        ours = [i for i in listing.instances if i.service == "filter-worker" and i.instance != f"old-{unique}"]
+        assert ours
+        assert all("Swap" not in i.lacks for i in ours)
+        dry = await admin.apply(PolicySet(policies=[doc]), dry_run=True)
+        [warning] = dry.warnings
+        assert warning.startswith(f"policy {name}: 1 of ")
+        assert f"old-{unique} lacks Swap" in warning
+        created = await admin.apply(PolicySet(policies=[doc]))
+        assert created.changes[0].action is ChangeAction.CREATE
+        assert created.warnings == dry.warnings
     finally:
         await catalogues.withdraw("filter-worker", f"old-{unique}")
         await redis.aclose()
-    created = await admin.apply(PolicySet(policies=[doc]))
-    assert created.changes[0].action is ChangeAction.CREATE
     assert {u.origin for u in (await admin.units()).units} >= {"builtin"}

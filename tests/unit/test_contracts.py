@@ -5,6 +5,7 @@ newer events must get through."""
 from __future__ import annotations
 
 import json
+import re
 import typing
 import uuid
 from pathlib import Path
@@ -238,7 +239,11 @@ def test_the_document_names_every_queue_and_exchange_and_who_declares_them() -> 
         constants.STATE_EVENTS_QUEUE,
         constants.ENGINE_EVENTS_QUEUE,
         constants.DEAD_LETTER_QUEUE,
+        # each worker of a catalogue route also consumes its catalogue's queue (vmsched.lifecycle.routes)
+        *(f"{constants.RPC_QUEUES[route]}.<catalogue>" for route in constants.CATALOGUE_ROUTES),
     }
+    place = queues[f"{constants.RPC_QUEUES[constants.RPC_PLACE]}.<catalogue>"]
+    assert re.fullmatch(place["namePattern"], constants.rpc_queue(constants.catalogue_route("place", "0123456789ab")))
     for queue in queues.values():
         assert queue["declaredBy"]
         assert queue["bindings"]

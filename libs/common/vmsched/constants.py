@@ -106,9 +106,46 @@ RPC_ROUTE_EXCHANGES: Final[dict[str, str]] = {
 }
 
 
+#: Routes whose workers may differ in their policy units (plugins): each worker also consumes
+#: "<route>.<catalogue>" (queue "<the route's queue>.<catalogue>"), shared by the workers whose unit
+#: catalogues hash alike, and the selector sends a policy some workers lack units of there
+#: (vmsched.lifecycle.routes). The service serving each.
+CATALOGUE_ROUTES: Final[dict[str, str]] = {
+    RPC_PLACE: "filter-worker",
+    RPC_FILTER: "filter-worker",
+    RPC_WEIGH: "weigher",
+}
+#: Hex digits of a catalogue's hash (vmsched.store.catalogues.catalogue_hash).
+CATALOGUE_HASH_LENGTH: Final = 12
+
+
+def catalogue_route(route: str, catalogue: str) -> str:
+    """The route of `route` for the workers whose unit catalogue hashes to `catalogue`."""
+    return f"{route}.{catalogue}"
+
+
+def catalogue_base(route: str) -> str | None:
+    """The route a catalogue route ("place.<hash>") is one of; None for any other route."""
+    base, dot, catalogue = route.rpartition(".")
+    if dot and base in CATALOGUE_ROUTES and len(catalogue) == CATALOGUE_HASH_LENGTH:
+        return base
+    return None
+
+
+def rpc_queue(route: str) -> str:
+    """The queue `route`'s servers consume (before the configured prefix): RPC_QUEUES for the
+    services' routes, "<queue>.<catalogue>" for a catalogue route, "vmsched.<route>" otherwise."""
+    if route in RPC_QUEUES:
+        return RPC_QUEUES[route]
+    base = catalogue_base(route)
+    if base is not None:
+        return f"{RPC_QUEUES[base]}.{route.rpartition('.')[2]}"
+    return f"vmsched.{route}"
+
+
 def rpc_exchange(route: str) -> str:
     """The exchange `route`'s requests go to (before the configured prefix)."""
-    return RPC_ROUTE_EXCHANGES.get(route, RPC_EXCHANGE)
+    return RPC_ROUTE_EXCHANGES.get(catalogue_base(route) or route, RPC_EXCHANGE)
 
 
 # ---------------------------------------------------------------- RabbitMQ: event routing keys

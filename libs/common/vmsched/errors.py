@@ -7,6 +7,7 @@
     ├── SchedulingError           (it becomes a decision with status error)
     │   ├── UnknownCluster
     │   ├── UnknownPolicyUnit
+    │   ├── UnitsUnavailable  (retryable: no running worker has every unit of the policy)
     │   ├── InvalidProperty
     │   │   └── PropertyTooLong   (its code stays "invalid_property": on the wire it is one)
     │   ├── StaleState
@@ -125,6 +126,19 @@ class UnknownCluster(SchedulingError):
 class UnknownPolicyUnit(SchedulingError):
     code = "unknown_policy_unit"
     meaning = "a policy names a unit the registry does not have"
+
+
+class UnitsUnavailable(SchedulingError):
+    """No running worker has every unit a policy names (its plugin is installed where none of them
+    runs), or the worker a request reached lacks some: the message names the units and the instances
+    lacking them. Retryable: a worker with the plugin may start, and the selector sends only to those."""
+
+    code = "units_unavailable"
+    retryable = True
+    meaning = (
+        "retryable: no running worker has every unit the policy names: the message names the missing units and "
+        "the service instances lacking them (install the plugin there, or start a worker that has it)"
+    )
 
 
 class InvalidProperty(SchedulingError):
@@ -441,6 +455,7 @@ __all__ = [
     "StaleState",
     "StateConflict",
     "StateResyncing",
+    "UnitsUnavailable",
     "UnknownCluster",
     "UnknownPolicyUnit",
     "UnsupportedRegex",

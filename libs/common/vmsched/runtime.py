@@ -30,6 +30,7 @@ from vmsched.reach import TlsFiles
 from vmsched.recovery import Recovery
 from vmsched.settings import Settings
 from vmsched.store import StateCache
+from vmsched.store.catalogues import instance_id
 from vmsched.store.generations import GenerationMarkers
 from vmsched.store.redis import connect as connect_redis
 from vmsched.store.redis import ping as ping_redis
@@ -86,6 +87,9 @@ class Runtime:
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     #: Named in the log line and the resync request when this process finds that Redis forgot.
     service: str = "vmsched"
+    #: This process among its services' instances: its unit catalogue is announced under it, and a
+    #: worker refusing a policy it lacks units of names itself with it.
+    instance: str = field(default_factory=instance_id)
     _recovery: Recovery | None = None
 
     def __post_init__(self) -> None:

@@ -242,6 +242,10 @@ class Settings(BaseSettings):
     ha_interval_s: float = Field(300.0, gt=0)
     #: How long a balancer / HA monitor owns a cluster without renewing its lease.
     lease_ttl_s: float = Field(20.0, gt=0)
+    #: Whether this process loads the policy units of installed plugins (the `vmsched.units` entry
+    #: points); false: the built-in units only, as on a machine without the plugins. Read by a service
+    #: process when it starts.
+    plugins: bool = True
     #: The longest one call of a plugin's policy unit (a filter, weight or balance function from
     #: another package) may take: a longer call fails the decision it was part of, naming the unit.
     plugin_call_limit_s: float = Field(0.5, gt=0)

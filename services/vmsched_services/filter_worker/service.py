@@ -3,9 +3,10 @@
 Thin by design: decode, bring the cluster's cached state up to the request's version, call the pure
 logic (vmsched.scheduling.placement.place_group: filter, weigh and select each request of the group
 in order, returning the pending records of the ones placed, which the selector records as they are;
-or pipeline.run_filters for one VM), encode. A group still being placed when its caller is about to
-stop waiting (the message's x-deadline-ms) stops: the rest is `expired`. Run as many as the load
-needs: they share the queues.
+or pipeline.run_filters for one VM), encode. Each RPC is also served on this worker's catalogue
+route, and a request naming a unit it lacks is refused naming it (vmsched_services.worker_units).
+A group still being placed when its caller is about to stop waiting (the message's x-deadline-ms)
+stops: the rest is `expired`. Run as many as the load needs: they share the queues.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from vmsched.contracts import FilterReply, FilterRequest, PlaceReply, PlaceReque
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import run_filters
 from vmsched.scheduling.placement import place_group
+from vmsched_services.worker_units import serve_routed
 
 #: How much of the time a `place` call has left when it arrives is kept for the reply to travel
 #: back (at most REPLY_MARGIN_MAX_S): placing stops that much before the caller's deadline, so the
@@ -51,8 +53,17 @@ class FilterWorker:
         return FilterReply(request_id=req.request_id, survivors=survivors, removed=outcome.removed)
 
 
+def place_units(req: PlaceRequest) -> list[str]:
+    return [u.unit for u in req.filters] + [u.unit for u in req.weights]
+
+
+def filter_units(req: FilterRequest) -> list[str]:
+    return [u.unit for u in req.filters]
+
+
 async def start(rt: Runtime) -> None:
     worker = FilterWorker(rt)
-    await rt.bus.serve(c.RPC_FILTER, FilterRequest, worker.handle)
+    # Each on the plain route and on this worker's catalogue route (vmsched_services.worker_units).
+    await serve_routed(rt, c.RPC_FILTER, FilterRequest, worker.handle, filter_units)
     # Last: its consumer is what shows the worker is up (vmsched_services.tools.procs.READY_ROUTE).
-    await rt.bus.serve(c.RPC_PLACE, PlaceRequest, worker.place)
+    await serve_routed(rt, c.RPC_PLACE, PlaceRequest, worker.place, place_units)

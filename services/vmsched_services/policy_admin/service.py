@@ -63,9 +63,10 @@ from vmsched.scheduling.policy_docs import (
 )
 from vmsched.scheduling.units import REGISTRY
 from vmsched.scheduling.units.base import PolicyUnit
-from vmsched.store.catalogues import UnitCatalogues
+from vmsched.store.catalogues import Announcement, UnitCatalogues
 from vmsched_services.authz import POLICY_CHANGES, require_admin
 from vmsched_services.policy_admin import operations
+from vmsched_services.policy_admin.availability import routed_check, running_instances, strict_available
 
 log = get_logger("vmsched.policy_admin")
 
@@ -175,9 +176,14 @@ class PolicyAdmin:
         )
 
     async def units(self, _: UnitQuery) -> UnitListing:
-        available = await UnitCatalogues(self.rt.redis, self.rt.settings).available_units()
+        catalogues = UnitCatalogues(self.rt.redis, self.rt.settings)
+        instances = await catalogues.instances()
+        available: dict[str, frozenset[str]] = {}
+        for a in instances:
+            available[a.service] = available.get(a.service, frozenset(a.units)) & frozenset(a.units)
         return UnitListing(
             running={service: sorted(names) for service, names in sorted(available.items())},
+            instances=running_instances(instances),
             units=[
                 UnitInfo(
                     name=u.name,
@@ -206,11 +212,14 @@ class PolicyAdmin:
         stored = {p.name: p for p in await repo.list()}
         attached = {a.cluster_id: a for a in await self._attachments(repo)}
         # What the running filter-workers, weighers and balancers can run (each announces its
-        # catalogue): a policy naming a unit one of them lacks would fail there, so it is refused here.
-        available = await UnitCatalogues(self.rt.redis, self.rt.settings).available_units()
-        found = self._check(req.desired, stored, available)
+        # catalogue): a policy no running instance could run is refused here, one some lack units of
+        # is stored with a warning (its calls go to those that have them: vmsched.lifecycle.routes).
+        instances = await UnitCatalogues(self.rt.redis, self.rt.settings).instances()
+        found, warnings = self._check(req.desired, stored, instances)
         if found:
             raise _refuse(found)
+        if warnings:
+            log.warning("policies use units some running instances lack", warnings=warnings)
         changes: list[Change] = []
         writes: list[Policy] = []
         for doc in req.desired.policies:
@@ -228,7 +237,7 @@ class PolicyAdmin:
         attaching = [want for want in req.desired.clusters if attached.get(want.cluster_id) != want]
         changes += [_attachment_change(attached.get(want.cluster_id), want) for want in req.desired.clusters]
         if actor is None or not (writes or attaching):
-            return ApplyReport(dry_run=req.dry_run, changes=changes)
+            return ApplyReport(dry_run=req.dry_run, changes=changes, warnings=warnings)
         by_name = {ch.name: ch for ch in changes if ch.kind == "policy"}
         records = functools.partial(_audit_records, actor, by_name, attaching, rolled_back_from)
         # One transaction: the whole set is stored with its audit rows, or (on a refusal the checks
@@ -244,13 +253,15 @@ class PolicyAdmin:
         for a in attaching:
             await self._announce(PolicyChanged(cluster_id=a.cluster_id))
         log.info("policies applied", actor=actor, changes=[(ch.kind, ch.name, ch.action.value) for ch in changes])
-        return ApplyReport(dry_run=False, changes=changes)
+        return ApplyReport(dry_run=False, changes=changes, warnings=warnings)
 
     def _check(
-        self, desired: PolicySet, stored: Mapping[str, Policy], available: Mapping[str, frozenset[str]]
-    ) -> list[str]:
-        """Every problem of the whole set, each naming its policy or cluster."""
+        self, desired: PolicySet, stored: Mapping[str, Policy], instances: Sequence[Announcement]
+    ) -> tuple[list[str], list[str]]:
+        """Every problem of the whole set, each naming its policy or cluster; and the warnings."""
         found: list[str] = []
+        warnings: list[str] = []
+        available = strict_available(instances)
         names = [d.name for d in desired.policies]
         for name in sorted({n for n in names if names.count(n) > 1}):
             found.append(f"policy {name}: listed twice")
@@ -264,6 +275,9 @@ class PolicyAdmin:
                 )
                 continue
             found += [f"policy {doc.name}: {p}" for p in problems(doc, self.registry, available=available)]
+            unrunnable, lacked = routed_check(doc, self.registry, instances)
+            found += [f"policy {doc.name}: {p}" for p in unrunnable]
+            warnings += lacked
         clusters = [a.cluster_id for a in desired.clusters]
         for cluster in sorted({x for x in clusters if clusters.count(x) > 1}):
             found.append(f"cluster {cluster}: listed twice")
@@ -275,7 +289,7 @@ class PolicyAdmin:
                 continue
             units = policy_units(policy, self.registry)
             found += [f"cluster {want.cluster_id}: {p}" for p in property_problems(want.properties, units)]
-        return found
+        return found, warnings
 
     async def clone(self, req: ClonePolicy) -> StoredPolicy:
         actor = require_admin(self.rt.settings, POLICY_CHANGES)

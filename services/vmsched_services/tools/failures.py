@@ -94,6 +94,8 @@ def remote_hint(code: str) -> str | None:
         "database_unavailable": START_HINTS["PostgreSQL"],
         "server_unavailable": "a server the service needs is away (its log and `/readyz` say which): "
         "send it again once it is back",
+        "units_unavailable": "install the plugin providing those units where the instances named run (or start "
+        "a worker that has it; `vmsched units list` shows each instance's units), then send it again",
         "not_authorized": "connect as an administrator: point VMSCHED_AMQP_URL at a RabbitMQ user named in the "
         "services' VMSCHED_ADMIN_USERS (`vmsched audit` shows who did what)",
     }

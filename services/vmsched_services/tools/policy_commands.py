@@ -93,6 +93,7 @@ def render_report(report: ApplyReport) -> str:
         lines += [f"    {line}" for line in ch.diff]
     changed = sum(ch.action is not ChangeAction.UNCHANGED for ch in report.changes)
     lines.append(f"{changed} change(s) {verb} apply; {len(report.changes) - changed} unchanged")
+    lines += [f"warning: {w}" for w in report.warnings]
     return "\n".join(lines)
 
 

@@ -24,7 +24,9 @@ from urllib.parse import urlsplit
 import aio_pika
 
 from vmsched import constants as c
+from vmsched.scheduling.units import BUILTIN_UNITS, REGISTRY
 from vmsched.settings import Settings
+from vmsched.store.catalogues import catalogue_hash, units_of
 from vmsched_services import SERVICES
 
 if TYPE_CHECKING:
@@ -253,8 +255,8 @@ class ServiceStack:
             await asyncio.sleep(0.05)
 
     # ------------------------------------------------------------------ lifecycle
-    def spawn(self, service: str) -> ServiceProcess:
-        """Start one service process without waiting for it."""
+    def spawn(self, service: str, env: Mapping[str, str] | None = None) -> ServiceProcess:
+        """Start one service process without waiting for it (`env`: over the run's environment)."""
 
         if service not in SERVICES:
             raise ValueError(f"unknown service {service!r}")
@@ -266,7 +268,7 @@ class ServiceStack:
             # Popen only forks and execs; it does not wait for the child.
             popen = subprocess.Popen(
                 service_command(service),
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=fo,
                 stderr=fe,
                 stdin=subprocess.DEVNULL,
@@ -275,9 +277,11 @@ class ServiceStack:
         self.procs.append(proc)
         return proc
 
-    async def start(self, *services: str, timeout: float = START_TIMEOUT_S) -> list[ServiceProcess]:
+    async def start(
+        self, *services: str, timeout: float = START_TIMEOUT_S, env: Mapping[str, str] | None = None
+    ) -> list[ServiceProcess]:
         """Start services (all at once) and wait until every live one consumes its RPC queue."""
-        started = [self.spawn(s) for s in services]
+        started = [self.spawn(s, env) for s in services]
         # Services without an RPC queue (balancer) show no consumer to wait for: they start async.
         for service in (s for s in dict.fromkeys(services) if s in READY_ROUTE):
             expected = len(self.live(service))
@@ -424,6 +428,9 @@ async def delete_broker_objects(settings: Settings) -> None:
     """Delete the queues and exchanges under `settings.amqp_prefix` (a test run's or an experiment's)."""
 
     queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.ENGINE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    # The catalogue routes' queues of the processes this machine starts, with plugins and without.
+    hashes = {catalogue_hash(units_of(REGISTRY)), catalogue_hash({u.name: u.origin for u in BUILTIN_UNITS})}
+    queues += [c.rpc_queue(c.catalogue_route(route, h)) for route in c.CATALOGUE_ROUTES for h in sorted(hashes)]
     exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     prefix = settings.amqp_prefix
     await _delete(settings, [prefix + q for q in queues], [prefix + x for x in exchanges])

@@ -11,6 +11,7 @@ from vmsched import constants as c
 from vmsched.contracts import WeighReply, WeighRequest
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import rank
+from vmsched_services.worker_units import serve_routed
 
 
 class Weigher:
@@ -26,6 +27,11 @@ class Weigher:
         return WeighReply(request_id=req.request_id, scores=scores)
 
 
+def weigh_units(req: WeighRequest) -> list[str]:
+    return [u.unit for u in req.weights]
+
+
 async def start(rt: Runtime) -> None:
     weigher = Weigher(rt)
-    await rt.bus.serve(c.RPC_WEIGH, WeighRequest, weigher.handle)
+    # On the plain route and on this weigher's catalogue route (vmsched_services.worker_units).
+    await serve_routed(rt, c.RPC_WEIGH, WeighRequest, weigher.handle, weigh_units)

@@ -369,8 +369,8 @@ class MemoryBus(Bus):
 
     async def queue_depths(self, queues: Sequence[str]) -> dict[str, int | None]:
         self._check_open()
-        # A route's queue is kept by route here; RabbitMQ knows it by its name in RPC_QUEUES.
-        by_name = {c.RPC_QUEUES.get(route, f"vmsched.{route}"): q for route, q in self.broker.routes.items()}
+        # A route's queue is kept by route here; RabbitMQ knows it by its name (constants.rpc_queue).
+        by_name = {c.rpc_queue(route): q for route, q in self.broker.routes.items()}
         out: dict[str, int | None] = {}
         for name in queues:
             if name == c.DEAD_LETTER_QUEUE:

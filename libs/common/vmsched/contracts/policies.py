@@ -167,6 +167,14 @@ class ApplyReport(Message):
 
     dry_run: Bool = Field(description="Nothing was stored: the changes are what would have been made.")
     changes: list[Change] = Field(max_length=200_000, description="Every policy and attachment the request touched.")
+    warnings: list[Text] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description=(
+            "What was accepted but deserves a look, e.g. running workers lacking a unit of a policy (its "
+            "calls go to the workers that have every unit)."
+        ),
+    )
 
 
 class ClonePolicy(Message):
@@ -248,15 +256,39 @@ class UnitInfo(Message):
     )
 
 
+class RunningInstance(Message):
+    """One running service instance's unit catalogue, as it announced it."""
+
+    service: Name = Field(description="Its service kind (filter-worker, weigher, balancer, ...).")
+    instance: Annotated[str, StringConstraints(min_length=1, max_length=255)] = Field(
+        description="Its id among the service's instances (host, process id, a random part)."
+    )
+    catalogue: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{1,64}$")] = Field(
+        description="The hash of its units and their origins: workers alike share the queues named after it."
+    )
+    units: Int = Field(ge=0, description="How many units it has.")
+    plugins: dict[Name, Text] = Field(
+        default_factory=dict, max_length=10_000, description="Its units from plugins -> their origin."
+    )
+    lacks: list[Name] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Units another live instance of its service has and it lacks (policies using them skip it).",
+    )
+
+
 class UnitListing(Message):
-    """The reply to `units.list`: the units of the policy-admin's registry, and what each kind of
-    running service has (policies naming a unit one of them lacks are refused)."""
+    """The reply to `units.list`: the units of the policy-admin's registry, what each kind of running
+    service has, and each running instance's catalogue."""
 
     units: list[UnitInfo] = Field(max_length=10_000, description="Every unit, by name.")
     running: dict[Name, Annotated[list[Name], Field(max_length=10_000)]] = Field(
         default_factory=dict,
         max_length=64,
         description="Service kind (filter-worker, weigher, balancer, ...) -> the units every live instance has.",
+    )
+    instances: list[RunningInstance] = Field(
+        default_factory=list, max_length=10_000, description="Every live service instance, by service and id."
     )
 
 
@@ -280,6 +312,7 @@ __all__ = [
     "PolicySet",
     "PolicyVersion",
     "RollbackPolicy",
+    "RunningInstance",
     "StoredPolicy",
     "UnitInfo",
     "UnitListing",

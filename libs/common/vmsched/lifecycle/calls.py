@@ -38,13 +38,15 @@ async def place_call(
     token: int,
     may_wait: bool,
     pending_ttl_s: float,
+    route: str = c.RPC_PLACE,
 ) -> PlaceReply:
     """One `place` call for `run` (requests of one policy, in decision order): a result per request,
     in order, placed ones with their pending records under `token`. `may_wait`: whether waiting for
-    pending is allowed at all (each request's own `may_wait` also counts)."""
+    pending is allowed at all (each request's own `may_wait` also counts). `route`: `place` or one of
+    its catalogue routes (vmsched.lifecycle.routes)."""
     policy = run[0].policy
     reply = await bus.call(
-        c.RPC_PLACE,
+        route,
         PlaceRequest(
             request_id=uuid4(),
             cluster_id=cluster,
@@ -73,9 +75,10 @@ async def filter_call(
     version: int,
     candidates: list[str],
     pending: list[PendingEntry],
+    route: str = c.RPC_FILTER,
 ) -> FilterReply:
     return await bus.call(
-        c.RPC_FILTER,
+        route,
         FilterRequest(
             request_id=req.request_id,
             cluster_id=req.cluster_id,
@@ -98,13 +101,14 @@ async def weigh_call(
     version: int,
     hosts: list[str],
     pending: list[PendingEntry],
+    route: str = c.RPC_WEIGH,
 ) -> ScoreTable:
     """The hosts ranked best first (without a weigher when the policy has no weights)."""
     calls = policy.weight_calls()
     if not calls:
         return unweighed(hosts, policy.selector, top=top_hosts(req))
     reply = await bus.call(
-        c.RPC_WEIGH,
+        route,
         WeighRequest(
             request_id=req.request_id,
             cluster_id=req.cluster_id,

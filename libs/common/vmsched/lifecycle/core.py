@@ -1,7 +1,8 @@
 """A schedule request from arrival to its decision.
 
 validate -> take the cluster lock -> load the cluster's policy -> read pending + state -> place
-(filter-worker, or filter-workers and weighers per VM) -> record pending under the fencing token ->
+(filter-worker, or filter-workers and weighers per VM; those having the policy's units,
+vmsched.lifecycle.routes) -> record pending under the fencing token ->
 store the decision -> publish it as event `decision.<cluster>` -> release -> the decision.
 
 * Idempotent: a decision is stored under its request id with a fingerprint of the request; the same
@@ -31,12 +32,14 @@ from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.groups import Groups
 from vmsched.lifecycle.placing import Placing
 from vmsched.lifecycle.replay import Stored, same_request
+from vmsched.lifecycle.routes import UnitRoutes
 from vmsched.lifecycle.timing import Stages, StageTimer
 from vmsched.lifecycle.turns import Turn
 from vmsched.logging import get_logger
 from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
+from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 from vmsched.store.generations import Recover
 
@@ -62,6 +65,7 @@ class Lifecycle:
         locks: ClusterLock,
         pending: PendingStore,
         decisions: DecisionStore,
+        routes: UnitRoutes | None = None,
     ) -> None:
         self.settings = settings
         self.policies = policies
@@ -80,7 +84,7 @@ class Lifecycle:
             decisions=decisions,
             state=state,
             events=self.events,
-            placing=Placing(bus, self.events, timer, settings),
+            placing=Placing(bus, self.events, timer, settings, routes),
             commit=self.commit,
             timer=timer,
         )
@@ -108,6 +112,8 @@ class Lifecycle:
             locks=ClusterLock(redis, settings, recover=recover),
             pending=PendingStore(redis, settings),
             decisions=DecisionStore(redis, settings),
+            # Each policy's worker calls go to workers that have its units (plugins may differ).
+            routes=UnitRoutes(UnitCatalogues(redis, settings)),
         )
 
     async def decide(self, req: ScheduleRequest) -> ScheduleDecision:

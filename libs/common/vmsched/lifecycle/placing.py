@@ -16,8 +16,10 @@ come back as a Verdict, waiting ones as a Wait: lifecycle.commit writes them.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TypeVar
 
+from vmsched import constants as c
 from vmsched.bus import Bus
 from vmsched.contracts import (
     ErrorInfo,
@@ -29,26 +31,51 @@ from vmsched.contracts import (
     ScoreTable,
     VmSpec,
 )
-from vmsched.errors import RemoteError, VmschedError
+from vmsched.errors import RemoteError, UnitsUnavailable, VmschedError
 from vmsched.lifecycle.calls import filter_call, place_call, weigh_call
 from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING, expired, expired_decision
 from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.replay import Stored
+from vmsched.lifecycle.routes import UnitRoutes
 from vmsched.lifecycle.timing import StageTimer, lap_all, timed
 from vmsched.lifecycle.turns import Outcome, Turn, Verdict, Wait, fail, runs, settle
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import Expired, Placed, Screening, Unplaceable, WaitForPending, pending_entry, place
+from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
 from vmsched.store.decisions import StoredDecision
 
+T = TypeVar("T")
+
 
 class Placing:
-    def __init__(self, bus: Bus, events: Events, timer: StageTimer, settings: Settings) -> None:
+    def __init__(
+        self, bus: Bus, events: Events, timer: StageTimer, settings: Settings, routes: UnitRoutes | None = None
+    ) -> None:
         self.bus = bus
         self.events = events
         self.timer = timer
         self.settings = settings
+        #: Which workers get a policy's calls (None: the plain routes, every worker alike).
+        self.routes = routes
+
+    async def routed(
+        self, route: str, units: Collection[str], policy: Policy, send: Callable[[str], Awaitable[T]]
+    ) -> T:
+        """`send` to the route of a worker having every one of `units` (vmsched.lifecycle.routes);
+        UnitsUnavailable when none runs. A worker answering that it lacks some (it started since the
+        catalogues were read, and refused before doing anything) has the catalogues read again and
+        the call sent once more."""
+        if self.routes is None:
+            return await send(route)
+        try:
+            return await send(await self.routes.route(route, units, policy=policy.name))
+        except RemoteError as exc:
+            if exc.remote_code != UnitsUnavailable.code:
+                raise
+            self.routes.forget()
+        return await send(await self.routes.route(route, units, policy=policy.name))
 
     @property
     def may_wait(self) -> bool:
@@ -78,8 +105,10 @@ class Placing:
         seen = list(pending)  # the cluster's pending, then what the group placed so far
         for run in runs(live):
             since = time.perf_counter()
-            try:
-                reply = await place_call(
+            policy = run[0].policy
+
+            async def send(route: str, run: list[Turn] = run) -> PlaceReply:
+                return await place_call(
                     self.bus,
                     cluster,
                     run,
@@ -88,8 +117,13 @@ class Placing:
                     token=token,
                     may_wait=self.may_wait,
                     pending_ttl_s=self.settings.pending_ttl_s,
+                    route=route,
                 )
-            except VmschedError as exc:  # no worker answered, or it failed on the whole group
+
+            try:
+                units = [f.unit for f in policy.filters] + [w.unit for w in policy.weights]
+                reply = await self.routed(c.RPC_PLACE, units, policy, send)
+            except VmschedError as exc:  # no worker (with the units) answered, or it failed on the whole group
                 for turn in run:
                     fail(turn, exc)
                 continue
@@ -165,12 +199,11 @@ class Placing:
 
         async def filter_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> Screening:
             with timed(self.timer, stages, "filter"):
-                reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), list(seen))
-            return Screening(reply.survivors, reply.removed)
+                return await self._filter(turn, version, vm, hosts, seen)
 
         async def weigh_fn(vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]) -> ScoreTable:
             with timed(self.timer, stages, "weigh"):
-                return await weigh_call(self.bus, req, vm, policy, version, list(hosts), list(seen))
+                return await self._weigh(turn, version, vm, hosts, seen)
 
         def pending_for(vm: VmSpec, host_id: str) -> PendingEntry:
             expires = time.time() + self.settings.pending_ttl_s
@@ -195,6 +228,29 @@ class Placing:
             return Verdict(turn, [], [], outcome.explanation, version)
         assert isinstance(outcome, Placed)
         return Verdict(turn, outcome.placements, outcome.pending, outcome.explanation, version)
+
+    async def _filter(
+        self, turn: Turn, version: int, vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]
+    ) -> Screening:
+        """One VM's filter call, to a filter-worker having the policy's filters."""
+        req, policy = turn.req, turn.policy
+
+        async def send(route: str) -> Screening:
+            reply = await filter_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
+            return Screening(reply.survivors, reply.removed)
+
+        return await self.routed(c.RPC_FILTER, [f.unit for f in policy.filters], policy, send)
+
+    async def _weigh(
+        self, turn: Turn, version: int, vm: VmSpec, hosts: Sequence[str], seen: Sequence[PendingEntry]
+    ) -> ScoreTable:
+        """One VM's weigh call, to a weigher having the policy's weights."""
+        req, policy = turn.req, turn.policy
+
+        async def send(route: str) -> ScoreTable:
+            return await weigh_call(self.bus, req, vm, policy, version, list(hosts), list(seen), route)
+
+        return await self.routed(c.RPC_WEIGH, [w.unit for w in policy.weights], policy, send)
 
 
 def _outcome(turn: Turn, result: PlaceResult, token: int, pending_version: int, version: int) -> Outcome | RemoteError:

@@ -2,11 +2,12 @@
 
 Units come from packages installed next to vmsched (plugins), so two instances of one service can
 differ: a filter-worker on a machine without a plugin cannot run its filter. Every instance writes
-its catalogue (unit name -> origin) under a key of its own with a time to live and renews it while
-it runs (`announce_units`, started by the runner); `available_units()` tells, per service, the
-units every live instance has. Policy administration asks before it accepts a policy, so a policy
-naming a unit that some running filter-worker, weigher or balancer lacks is refused up front rather
-than failing decisions on that instance.
+its catalogue (unit name -> origin, and its `catalogue_hash`) under a key of its own with a time to
+live and renews it while it runs (`announce_units`, started by the runner); `instances()` lists
+them, `available_units()` tells, per service, the units every live instance has. The selector sends
+a policy's calls only to workers having all its units (vmsched.lifecycle.routes: workers alike share
+the queues of their catalogue hash), and policy administration refuses a policy no running instance
+could run, warning about the instances that lack some unit (vmsched_services.policy_admin.availability).
 
 Keys (vmsched.store.keys): `{prefix}:units:{service}:{instance}` holds the instance's announcement
 (JSON), PX = the catalogue TTL; `{prefix}:units-index` is a sorted set of those keys scored by when
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import os
 import socket
@@ -30,7 +32,9 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from vmsched import constants as c
 from vmsched.logging import get_logger
+from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.settings import Settings
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text
@@ -59,6 +63,19 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 """
 
 
+def catalogue_hash(units: Mapping[str, str]) -> str:
+    """A short stable name of a unit catalogue (unit name -> origin): equal for two instances with
+    the same units from the same packages, whatever order they were loaded in. Workers alike share
+    the queues of the catalogue routes (constants.CATALOGUE_ROUTES) named after it."""
+    text = "\n".join(f"{name}={origin}" for name, origin in sorted(units.items()))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[: c.CATALOGUE_HASH_LENGTH]
+
+
+def units_of(registry: Mapping[str, PolicyUnit]) -> dict[str, str]:
+    """A registry's catalogue as an instance announces it: unit name -> origin."""
+    return {u.name: u.origin for u in registry.values()}
+
+
 @dataclass(frozen=True)
 class Announcement:
     """One live service instance's units."""
@@ -69,6 +86,11 @@ class Announcement:
     units: Mapping[str, str]
     #: Unix time the instance last announced (its own clock).
     announced_at: float
+
+    @property
+    def catalogue(self) -> str:
+        """The hash of its units (catalogue_hash): the catalogue routes it consumes."""
+        return catalogue_hash(self.units)
 
 
 def instance_id() -> str:
@@ -89,7 +111,14 @@ class UnitCatalogues:
     async def announce(self, service: str, instance: str, units: Mapping[str, str]) -> None:
         """Say (again) that `instance` of `service` runs with `units` (name -> origin), for the TTL."""
         body = json.dumps(
-            {"service": service, "instance": instance, "units": dict(units), "announced_at": time.time()},
+            {
+                "service": service,
+                "instance": instance,
+                "units": dict(units),
+                # For a reader in another language: the catalogue routes' suffix, as catalogue_hash makes it.
+                "catalogue": catalogue_hash(units),
+                "announced_at": time.time(),
+            },
             separators=(",", ":"),
         )
         key = self._keys.unit_catalogue(service, instance)
@@ -158,4 +187,4 @@ async def announce_units(
                 await catalogues.withdraw(service, me)
 
 
-__all__ = ["Announcement", "UnitCatalogues", "announce_units", "instance_id"]
+__all__ = ["Announcement", "UnitCatalogues", "announce_units", "catalogue_hash", "instance_id", "units_of"]

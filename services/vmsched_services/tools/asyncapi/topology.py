@@ -6,6 +6,7 @@ it is built.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vmsched import constants as c
@@ -112,6 +113,28 @@ def queues() -> list[dict[str, Any]]:
                 "for the route is unroutable (returned to a publisher that set `mandatory`).",
             }
         )
+    for route, server in c.CATALOGUE_ROUTES.items():
+        out.append(
+            {
+                "name": f"{c.RPC_QUEUES[route]}.<catalogue>",
+                "namePattern": f"^{re.escape(c.RPC_QUEUES[route])}\\.[0-9a-f]{{{c.CATALOGUE_HASH_LENGTH}}}$",
+                "durable": True,
+                "exclusive": False,
+                "autoDelete": False,
+                "arguments": dlx_argument,
+                "x-vmsched-arguments-from": from_settings,
+                "x-vmsched-arguments-note": QUEUE_TYPE_NOTE,
+                "bindings": [{"exchange": c.rpc_exchange(route), "routingKey": f"{route}.<catalogue>"}],
+                "declaredBy": f"each {server}, when it starts serving `{route}` (even with "
+                "VMSCHED_AMQP_DECLARE=false: no definitions can know its name)",
+                "consumedBy": f"every {server} process whose unit catalogue hashes to <catalogue> "
+                "(competing consumers)",
+                "description": f"Requests for route `{route}` under a policy some running {server} processes lack "
+                f"units of: <catalogue> ({c.CATALOGUE_HASH_LENGTH} hex digits) is the hash of the units and their "
+                "origins of the processes that have them all, as each announces it in Redis. Every such process "
+                "also consumes the plain queue. An engine never sends here; the selector does.",
+            }
+        )
     out.append(
         {
             "name": c.STATE_EVENTS_QUEUE,
@@ -166,6 +189,7 @@ def queues() -> list[dict[str, Any]]:
 def names() -> dict[str, Any]:
     prefixed_exchanges = [*c.RPC_EXCHANGES, c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE]
     prefixed_queues = [*c.RPC_QUEUES.values(), c.STATE_EVENTS_QUEUE, c.ENGINE_EVENTS_QUEUE, c.DEAD_LETTER_QUEUE]
+    prefixed_queues += [f"{c.RPC_QUEUES[route]}.<catalogue>" for route in c.CATALOGUE_ROUTES]
     return {
         "description": "Every exchange and queue name in this document is shown without the deployment's "
         "prefix. The prefix is the setting VMSCHED_AMQP_PREFIX (default empty; tests use one per run) and "

@@ -132,6 +132,14 @@ def grants(settings: Settings) -> dict[str, Grant]:
     )
     for role in SERVICE_ROLES:
         own_queues = re.escape(n(c.own_queue(role, ""))) + "[0-9a-f]+"
+        # The queues of its catalogue routes, which it declares and binds itself: their names
+        # depend on the units it runs with (constants.CATALOGUE_ROUTES).
+        catalogue_queues = [
+            re.escape(n(c.RPC_QUEUES[route])) + f"\\.[0-9a-f]{{{c.CATALOGUE_HASH_LENGTH}}}"
+            for route, server in c.CATALOGUE_ROUTES.items()
+            if server == role
+        ]
+        binds = [c.INTERNAL_EXCHANGE] if catalogue_queues else []
         served = [q for route, q in c.RPC_QUEUES.items() if _server_of(route) == role]
         if role == "state-tracker":
             served.append(c.STATE_EVENTS_QUEUE)
@@ -140,12 +148,13 @@ def grants(settings: Settings) -> dict[str, Grant]:
         publishes = (*SERVICE_PUBLISHES.get(role, ()), c.RESYNC_REQUESTED_PREFIX)
         event_write = ".*" if role == "policy-admin" else _keys(publishes)
         out[role] = Grant(
-            configure=f"^{own_queues}$",
+            configure=n.exact([], raw=[own_queues, *catalogue_queues]),
             write=n.exact(
                 [*SERVICE_CALLS.get(role, ()), c.EVENTS_EXCHANGE, c.DEAD_LETTER_EXCHANGE],
-                raw=[own_queues, "amq\\.default"],
+                raw=[own_queues, *catalogue_queues, "amq\\.default"],
             ),
-            read=n.exact([*served, c.EVENTS_EXCHANGE], raw=[own_queues]),
+            # Binding a queue to an exchange needs read on the exchange.
+            read=n.exact([*served, c.EVENTS_EXCHANGE, *binds], raw=[own_queues, *catalogue_queues]),
             topics={
                 # Its own queues follow policy changes (every service with a policy cache).
                 n(c.EVENTS_EXCHANGE): (event_write, f"^{re.escape(c.POLICY_CHANGED)}$"),

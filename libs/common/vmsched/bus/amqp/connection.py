@@ -109,7 +109,7 @@ class BrokerLink:
 
     def rpc_queue(self, route: str) -> str:
         """The queue a route's servers consume (RPC_QUEUES for the services' routes)."""
-        return self.name(c.RPC_QUEUES.get(route, f"vmsched.{route}"))
+        return self.name(c.rpc_queue(route))
 
     def queue_arguments(self) -> dict[str, Any]:
         """The arguments of a connection's own (exclusive, so always classic) queue."""
@@ -257,7 +257,7 @@ class BrokerLink:
         await self.declare_dead_letter_queue()
 
     async def declare_durable_queue(
-        self, ch: AbstractChannel, name: str, *, single_active: bool = False
+        self, ch: AbstractChannel, name: str, *, single_active: bool = False, always: bool = False
     ) -> AbstractQueue:
         """Declare the durable work or event queue `name` on `ch` (durable_queue_arguments; with
         `single_active`, its consumers take turns: one consumes, the others stand by).
@@ -267,11 +267,14 @@ class BrokerLink:
         is, with a warning saying how to convert it, rather than refused: its messages stay and the
         services run (where consumers should take turns, run one only). The arguments are tried
         first on a throwaway channel, because a refusal closes the channel it came on.
+
+        `always`: declared even under VMSCHED_AMQP_DECLARE=false, for a queue no definitions can
+        make in advance (a catalogue route's, named after the worker's unit catalogue).
         """
         wanted = self.durable_queue_arguments()
         if single_active:
             wanted["x-single-active-consumer"] = True
-        if not self.declares:
+        if not (self.declares or always):
             return await ch.declare_queue(name, passive=True)
         probe = await self.plain_connection().channel()
         try:

@@ -248,8 +248,10 @@ async def serve(
         async with asyncio.timeout(bound_s):
             ch, exchange, dlx = await consumer_channel(link, c.rpc_exchange(route), ExchangeType.DIRECT)
             queue_name = link.rpc_queue(route)
-            queue = await link.declare_durable_queue(ch, queue_name)
-            if link.declares:
+            # A catalogue route's queue is named after the worker's units: no definitions made it.
+            own = c.catalogue_base(route) is not None
+            queue = await link.declare_durable_queue(ch, queue_name, always=own)
+            if link.declares or own:
                 await queue.bind(exchange, routing_key=route)
 
             async def on_message(message: AbstractIncomingMessage) -> None:

@@ -77,6 +77,8 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
         self._limit = CallLimit(call_limit_s)
         self._units: Mapping[str, PolicyUnit] | None = None
         self._refused: tuple[RefusedPlugin, ...] = ()
+        #: False under VMSCHED_PLUGINS=false (`load` with such settings): the built-ins only.
+        self._plugins_on = True
         # Reentrant, so that a plugin using the registry while it is imported is refused (below)
         # instead of deadlocking the process.
         self._lock = threading.RLock()
@@ -86,6 +88,10 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
         """Build now, if not built yet; with `settings`, bound plugin calls by its plugin_call_limit_s."""
         if settings is not None:
             self._limit.seconds = settings.plugin_call_limit_s
+            with self._lock:
+                # Decided before the first build only: a registry in use does not lose its units.
+                if self._units is None:
+                    self._plugins_on = settings.plugins
         self._built()
         return self
 
@@ -94,6 +100,7 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
         with self._lock:
             self._units = None
             self._refused = ()
+            self._plugins_on = True
 
     @property
     def call_limit_s(self) -> float:
@@ -132,7 +139,7 @@ class UnitRegistry(Mapping[str, PolicyUnit]):
     def _build(self) -> Mapping[str, PolicyUnit]:
         units = {u.name: u for u in self.builtins}
         try:
-            found = list(self._entry_points())
+            found = list(self._entry_points()) if self._plugins_on else []
         except Exception as exc:  # unreadable package metadata: run with the built-ins
             found = []
             unread = RefusedPlugin(UNKNOWN_ORIGIN, UNIT_ENTRY_POINT_GROUP, f"the entry points could not be read: {exc}")
