@@ -54,9 +54,11 @@ def factor_problem(value: object) -> str | None:
     the type check refuses): not finite, or past ±MAX_FACTOR."""
     if isinstance(value, str):
         try:
-            float(value)
+            number = float(value)
         except ValueError:
             return None
+        if not math.isfinite(number):
+            return f"{value!r} is not a finite number"
         # Quoted, or YAML 1.1's exponent without a dot (PyYAML reads 1e6 as text): say how to write it.
         return f"{value!r} is text, not a number: write it unquoted, an exponent with a dot (1.0e+6, not 1e6)"
     if isinstance(value, bool) or not isinstance(value, int | float):
