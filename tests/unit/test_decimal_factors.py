@@ -68,8 +68,12 @@ def test_what_is_not_a_factor_is_refused_naming_the_unit_and_the_value(value: ob
 
 def test_a_policy_file_with_a_bad_factor_says_where_which_unit_and_what(tmp_path: Path) -> None:
     path = tmp_path / "p.yaml"
-    path.write_text("policies:\n  - name: x\n    weights: [{unit: CPUWeigher, factor: 1}, {unit: RAMWeigher, factor: .inf}]\n")
-    with pytest.raises(InvalidRequest, match=r"policies\.0\.weights\.1\.factor: .*weight RAMWeigher: factor inf is not"):
+    path.write_text(
+        "policies:\n  - name: x\n    weights: [{unit: CPUWeigher, factor: 1}, {unit: RAMWeigher, factor: .inf}]\n"
+    )
+    with pytest.raises(
+        InvalidRequest, match=r"policies\.0\.weights\.1\.factor: .*weight RAMWeigher: factor inf is not"
+    ):
         read_set(str(path))
     as_json = tmp_path / "p.json"  # Python's JSON reads NaN as a number, YAML as text: both refused
     as_json.write_text('{"policies": [{"name": "x", "weights": [{"unit": "RAMWeigher", "factor": NaN}]}]}')
@@ -82,7 +86,9 @@ def test_a_policy_file_with_a_bad_factor_says_where_which_unit_and_what(tmp_path
     with pytest.raises(InvalidRequest, match=r"factor '1e7' is text, not a number: .*\(1\.0e\+6, not 1e6\)"):
         read_set(str(path))
     path.write_text("policies:\n  - name: x\n    weights: [{unit: RAMWeigher, factor: 1.0e+7}]\n")
-    with pytest.raises(InvalidRequest, match="factor 10000000.0 is out of range: a factor is from -1000000 to 1000000"):
+    with pytest.raises(
+        InvalidRequest, match=r"factor 10000000\.0 is out of range: a factor is from -1000000 to 1000000"
+    ):
         read_set(str(path))
 
 

@@ -130,7 +130,8 @@ def test_decimal_multipliers_are_imported_as_they_are(tmp_path: Path) -> None:
     assert (got["RAMWeigher"], got["CPUWeigher"], got["IoOpsWeigher"], got["DiskWeigher"]) == (1.5, 1, 0.25, 0.1)
     assert got["BuildFailureWeigher"] == 1_000_000
     # Whole factors are ints (written 1000000, not 1000000.0); the rest floats.
-    assert type(got["BuildFailureWeigher"]) is int and type(got["RAMWeigher"]) is float
+    assert type(got["BuildFailureWeigher"]) is int
+    assert type(got["RAMWeigher"]) is float
     # Nothing was scaled, clipped or rounded.
     assert not any("scaled" in w or "clipped" in w or "rounded" in w for w in result.warnings), result.warnings
 
