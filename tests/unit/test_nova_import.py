@@ -151,7 +151,8 @@ def test_a_multiplier_past_the_bound_is_clipped_with_a_warning(tmp_path: Path) -
     assert result.problems == []
     assert weights(result) == {"RAMWeigher": 1.5, "BuildFailureWeigher": 1_000_000}
     assert result.warnings == [
-        "build_failure_weight_multiplier = 5E+7: past vmsched's bound on a factor (1000000), clipped to 1000000 "
+        "build_failure_weight_multiplier: factor 50000000 is past vmsched's bound on a factor (1000000), "
+        "clipped to 1000000 "
         "(the other weighers' factors sum to 1.5)"
     ]
 
@@ -164,7 +165,7 @@ def test_a_multiplier_with_more_digits_than_a_double_is_rounded_with_a_warning(t
     )
     assert weights(result) == {"RAMWeigher": 0.12345678901234568}
     assert result.warnings == [
-        "ram_weight_multiplier = 0.12345678901234567890: more digits than a factor holds, "
+        "ram_weight_multiplier: factor 0.12345678901234567890 has more digits than a double holds, "
         "rounded to 0.12345678901234568"
     ]
 

@@ -217,6 +217,11 @@ def _weights(parser: configparser.ConfigParser, out: NovaImport) -> list[tuple[s
     return chosen
 
 
+def _shown(value: Decimal) -> str:
+    """A multiplier as people write it (50000000, not 5E+7), in exponent form only when huge or tiny."""
+    return f"{value:f}" if value == 0 or abs(value.adjusted()) < 20 else str(value)
+
+
 def _factors(chosen: list[tuple[str, str, Decimal]], out: NovaImport) -> list[dict[str, object]]:
     """The multipliers as factors, unscaled; clipped to the bound or rounded to a double only when
     they must be, with a warning saying so (see the module docstring)."""
@@ -226,16 +231,18 @@ def _factors(chosen: list[tuple[str, str, Decimal]], out: NovaImport) -> list[di
             clipped = Decimal(FACTOR_BOUND).copy_sign(value)
             others = sum((abs(v) for u, _, v in chosen if u != unit and abs(v) <= FACTOR_BOUND), Decimal(0))
             out.warnings.append(
-                f"{option} = {value}: past vmsched's bound on a factor ({FACTOR_BOUND}), clipped to {clipped:f} "
-                f"(the other weighers' factors sum to {others.normalize():f})"
+                f"{option}: factor {_shown(value)} is past vmsched's bound on a factor ({FACTOR_BOUND}), "
+                f"clipped to {clipped:f} (the other weighers' factors sum to {_shown(others.normalize())})"
             )
             value = clipped
         factor = float(value)
         if factor == 0:
-            out.warnings.append(f"{option} = {value}: too small for a factor (a double), left out")
+            out.warnings.append(f"{option}: factor {value} is too small for a double, left out")
             continue
         if Decimal(repr(factor)) != value:
-            out.warnings.append(f"{option} = {value}: more digits than a factor holds, rounded to {factor!r}")
+            out.warnings.append(
+                f"{option}: factor {_shown(value)} has more digits than a double holds, rounded to {factor!r}"
+            )
         weights.append({"unit": unit, "factor": canonical_number(factor)})
     return weights
 
