@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,7 @@ from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.catalogues import UnitCatalogues, catalogue_hash
 from vmsched.store.redis import connect
+from vmsched_services.tools.policy_commands import dump_set, read_set
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
@@ -216,3 +218,58 @@ async def test_a_unit_some_running_worker_lacks_is_saved_with_a_warning_naming_t
         await catalogues.withdraw("filter-worker", f"old-{unique}")
         await redis.aclose()
     assert {u.origin for u in (await admin.units()).units} >= {"builtin"}
+
+
+async def test_decimal_factors_round_trip_apply_read_export_apply_and_roll_back(
+    admin: PolicyClient, client: SchedulerClient, unique: str, tmp_path: Path
+) -> None:
+    cluster, name = f"dec-{unique}", f"decimal-{unique}"
+    await factories.make_cluster(client, cluster, 2, cpu_cores=8, physical_mem_mb=8192, mem_free_mb=8192)
+    base = (await admin.read(["none"])).policies[0].document
+    doc = base.model_copy(
+        update={
+            "name": name,
+            "weights": [
+                WeightEntry(unit="OptimalForEvenCpuDistribution", factor=1.5),
+                WeightEntry(unit="OptimalForEvenMemoryDistribution", factor=0.1),
+                WeightEntry(unit="PreferredHosts", factor=99),
+            ],
+        }
+    )
+    created = await admin.apply(
+        PolicySet(policies=[doc], clusters=[ClusterAttachment(cluster_id=cluster, policy=name)])
+    )
+    assert created.changes[0].action is ChangeAction.CREATE
+    assert "+ weight OptimalForEvenCpuDistribution factor 1.5" in created.changes[0].diff
+
+    # Read back, exported as `vmsched policy export` writes it, read as `apply -f` reads it: equal,
+    # written as the administrator wrote it (99, not 99.0), and applying it again changes nothing.
+    stored = (await admin.read([name])).policies[0]
+    assert stored.document == doc
+    text = dump_set(PolicySet(policies=[stored.document]))
+    for written in ("factor: 1.5\n", "factor: 0.1\n", "factor: 99\n"):
+        assert written in text
+    path = tmp_path / "exported.yaml"
+    path.write_text(text)
+    again = await admin.apply(read_set(str(path)))
+    assert [(c.action, c.diff) for c in again.changes] == [(ChangeAction.UNCHANGED, [])]
+
+    # The next decision weighs with the decimal factors.
+    d = await client.schedule(cluster, factories.vm_spec(f"{unique}-a", mem_mb=512, vcpus=1), explain_scores=True)
+    assert d.policy == name
+    assert d.explanation.scores is not None
+    factors = {u.unit: u.factor for u in d.explanation.scores.units}
+    assert (factors["OptimalForEvenCpuDistribution"], factors["OptimalForEvenMemoryDistribution"]) == (1.5, 0.1)
+
+    changed = doc.model_copy(update={"weights": [WeightEntry(unit="OptimalForEvenCpuDistribution", factor=2.25)]})
+    updated = await admin.apply(PolicySet(policies=[changed]))
+    assert "~ weight OptimalForEvenCpuDistribution factor 1.5 -> 2.25" in updated.changes[0].diff
+    rolled = await admin.rollback(name)
+    assert rolled.changes[0].version == 3
+    history = await admin.history(name)
+    assert [v.version for v in history.versions] == [3, 2, 1]
+    assert history.versions[0].document == history.versions[2].document == doc
+    assert (await admin.read([name])).policies[0].document == doc
+
+    await admin.detach(cluster)
+    await admin.delete(name)

@@ -1,6 +1,6 @@
 """`vmsched policy import-nova` on real nova.conf files: Nova's defaults map onto vmsched's units
-(those without one are skipped with a warning), server groups map, decimal multipliers keep their
-ratios, allocation ratios and per-host maxima become properties, the selector is Nova's min-max,
+(those without one are skipped with a warning), server groups map, decimal multipliers are imported
+as they are, allocation ratios and per-host maxima become properties, the selector is Nova's min-max,
 and the policy is validated before it is printed (exit 2 with the problems when it is not valid)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from vmsched.scheduling.policy_docs import problems
 from vmsched.scheduling.units import REGISTRY
 from vmsched_services.tools.cli import EXIT_OK, EXIT_USAGE, main
 from vmsched_services.tools.nova_import import NOVA_DEFAULT_FILTERS, NovaImport, import_nova
+from vmsched_services.tools.policy_commands import read_set
 
 #: Nova's default weighers vmsched has no unit for (their default multipliers are not zero).
 UNMAPPED_DEFAULT_WEIGHERS = ("PCIWeigher", "CrossCellWeigher", "HypervisorVersionWeigher")
@@ -25,7 +26,7 @@ def imported(tmp_path: Path, text: str) -> NovaImport:
     return import_nova(str(conf), "from-nova", REGISTRY)
 
 
-def weights(result: NovaImport) -> dict[str, int]:
+def weights(result: NovaImport) -> dict[str, float]:
     return {w.unit: w.factor for w in result.document.weights}
 
 
@@ -116,32 +117,70 @@ def test_a_filter_vmsched_lacks_written_by_name_refuses_the_import(tmp_path: Pat
     ]
 
 
-def test_decimal_multipliers_are_scaled_alike_and_only_the_dominant_one_is_clamped(tmp_path: Path) -> None:
+def test_decimal_multipliers_are_imported_as_they_are(tmp_path: Path) -> None:
     result = imported(
         tmp_path,
         "[filter_scheduler]\nenabled_filters = ComputeFilter\n"
         "ram_weight_multiplier = 1.5\nbuild_failure_weight_multiplier = 1000000.0\n"
-        "io_ops_weight_multiplier = -0.25\n",
+        "io_ops_weight_multiplier = -0.25\ndisk_weight_multiplier = 0.1\n",
     )
     assert result.problems == []
     got = weights(result)
-    # x100 makes 1.5 and 0.25 whole; io_ops' negative Nova multiplier (prefer fewer) is a positive factor.
-    assert (got["RAMWeigher"], got["CPUWeigher"], got["IoOpsWeigher"]) == (150, 100, 25)
+    # Unscaled; io_ops' negative Nova multiplier (prefer fewer) is a positive factor.
+    assert (got["RAMWeigher"], got["CPUWeigher"], got["IoOpsWeigher"], got["DiskWeigher"]) == (1.5, 1, 0.25, 0.1)
     assert got["BuildFailureWeigher"] == 1_000_000
-    assert (
-        "every multiplier is scaled by 100 so that each factor is a whole number "
-        "(min-max weighing depends only on their ratios)"
-    ) in result.warnings
-    assert (
-        "build_failure_weight_multiplier: factor 100000000 is past vmsched's bound of 1000000, clamped to 1000000 "
-        "(the other weighers' factors sum to 675)"
-    ) in result.warnings
+    # Whole factors are ints (written 1000000, not 1000000.0); the rest floats.
+    assert type(got["BuildFailureWeigher"]) is int
+    assert type(got["RAMWeigher"]) is float
+    # Nothing was scaled, clipped or rounded.
+    assert not any("scaled" in w or "clipped" in w or "rounded" in w for w in result.warnings), result.warnings
 
 
-def test_whole_multipliers_are_not_scaled(tmp_path: Path) -> None:
+def test_whole_multipliers_stay_whole(tmp_path: Path) -> None:
     result = imported(tmp_path, "[filter_scheduler]\nenabled_filters = ComputeFilter\nram_weight_multiplier = -3\n")
     assert weights(result)["RAMWeigher"] == -3
-    assert not any("scaled" in w or "clamped" in w for w in result.warnings)
+    assert not any("scaled" in w or "clipped" in w for w in result.warnings)
+
+
+def test_a_multiplier_past_the_bound_is_clipped_with_a_warning(tmp_path: Path) -> None:
+    result = imported(
+        tmp_path,
+        "[filter_scheduler]\nenabled_filters = ComputeFilter\nweight_classes = RAMWeigher,BuildFailureWeigher\n"
+        "ram_weight_multiplier = 1.5\nbuild_failure_weight_multiplier = 5e7\n",
+    )
+    assert result.problems == []
+    assert weights(result) == {"RAMWeigher": 1.5, "BuildFailureWeigher": 1_000_000}
+    assert result.warnings == [
+        "build_failure_weight_multiplier: factor 50000000 is past vmsched's bound on a factor (1000000), "
+        "clipped to 1000000 "
+        "(the other weighers' factors sum to 1.5)"
+    ]
+
+
+def test_a_multiplier_with_more_digits_than_a_double_is_rounded_with_a_warning(tmp_path: Path) -> None:
+    result = imported(
+        tmp_path,
+        "[filter_scheduler]\nenabled_filters = ComputeFilter\nweight_classes = RAMWeigher\n"
+        "ram_weight_multiplier = 0.12345678901234567890\n",
+    )
+    assert weights(result) == {"RAMWeigher": 0.12345678901234568}
+    assert result.warnings == [
+        "ram_weight_multiplier: factor 0.12345678901234567890 has more digits than a double holds, "
+        "rounded to 0.12345678901234568"
+    ]
+
+
+def test_the_imported_yaml_carries_the_multipliers_and_reads_back_equal(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    conf = "[filter_scheduler]\nram_weight_multiplier = 1.5\nbuild_failure_weight_multiplier = 1000000.0\n"
+    code, out, _ = cli(capsys, tmp_path, conf)
+    assert code == EXIT_OK
+    assert "- unit: RAMWeigher\n    factor: 1.5\n" in out
+    assert "- unit: BuildFailureWeigher\n    factor: 1000000\n" in out
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text(out)
+    assert read_set(str(policy_file)).policies[0] == imported(tmp_path, conf).document
 
 
 def test_allocation_ratios_and_per_host_maxima_become_properties_when_a_unit_reads_them(tmp_path: Path) -> None:

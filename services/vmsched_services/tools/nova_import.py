@@ -7,11 +7,9 @@
 * A Nova filter or weigher vmsched has no unit for is left out with a warning naming it when it
   comes from a default or an all_* entry (the user did not ask for it); written by name, it is a
   problem (a hard constraint dropped silently would place VMs where Nova would not).
-* Factors are whole numbers (contracts.policies.WeightEntry) and Nova multipliers decimals: every
-  multiplier is scaled by the same power of ten, the smallest that makes them all whole. The
-  MinMaxSelector sums factor x points in [0, 1], so scaling every factor alike keeps the ranking.
-  A factor past the bound (1,000,000) is clamped with a warning: only weighers meant to dominate
-  (BuildFailureWeigher's 1000000.0) get there, and clamped they still outweigh the rest.
+* Factors are Nova's multipliers as they are (a factor is a decimal: 1.5 stays 1.5). One past
+  vmsched's bound (contracts.base.MAX_FACTOR, 1,000,000: Nova's largest defaults fit) is clipped to
+  it with a warning; one with more digits than a double holds is rounded, with a warning too.
 * Options the units read (allocation ratios, per-host maxima, metrics) become the policy's
   properties when written in the file and some unit of the policy reads them; otherwise warned.
 """
@@ -27,6 +25,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from vmsched.contracts import PolicyDocument
+from vmsched.contracts.base import MAX_FACTOR, canonical_number
 from vmsched.errors import InvalidRequest
 from vmsched.scheduling.policy_docs import problems
 from vmsched.scheduling.units.base import PolicyUnit
@@ -35,10 +34,8 @@ from vmsched_services.tools.inputs import NOVA_CONF_CAP, read_bounded
 SECTION = "filter_scheduler"
 #: Nova's selector: sum of multiplier x min-max normalized weight.
 SELECTOR = "MinMaxSelector"
-#: contracts.policies.WeightEntry's bound on a factor.
-FACTOR_BOUND = 1_000_000
-#: Most decimals a multiplier keeps (10**6 x a multiplier of 1 is already at the bound).
-MAX_DECIMALS = 6
+#: contracts.policies.WeightEntry's bound on a factor's magnitude.
+FACTOR_BOUND = MAX_FACTOR
 
 #: Nova's enabled_filters default (nova/conf/scheduler.py).
 NOVA_DEFAULT_FILTERS = (
@@ -220,34 +217,33 @@ def _weights(parser: configparser.ConfigParser, out: NovaImport) -> list[tuple[s
     return chosen
 
 
+def _shown(value: Decimal) -> str:
+    """A multiplier as people write it (50000000, not 5E+7), in exponent form only when huge or tiny."""
+    return f"{value:f}" if value == 0 or abs(value.adjusted()) < 20 else str(value)
+
+
 def _factors(chosen: list[tuple[str, str, Decimal]], out: NovaImport) -> list[dict[str, object]]:
-    """Whole-number factors keeping the multipliers' ratios (see the module docstring)."""
-    decimals = 0
-    for _, _, value in chosen:
-        exponent = value.normalize().as_tuple().exponent
-        decimals = max(decimals, -exponent if isinstance(exponent, int) and exponent < 0 else 0)
-    if decimals > MAX_DECIMALS:
-        out.warnings.append(f"multipliers with more than {MAX_DECIMALS} decimals are rounded to {MAX_DECIMALS}")
-        decimals = MAX_DECIMALS
-    scale = 10**decimals
-    if scale > 1:
-        out.warnings.append(
-            f"every multiplier is scaled by {scale} so that each factor is a whole number "
-            "(min-max weighing depends only on their ratios)"
-        )
-    factors = [(unit, option, int((value * scale).to_integral_value())) for unit, option, value in chosen]
+    """The multipliers as factors, unscaled; clipped to the bound or rounded to a double only when
+    they must be, with a warning saying so (see the module docstring)."""
     weights: list[dict[str, object]] = []
-    for unit, option, factor in factors:
-        if abs(factor) > FACTOR_BOUND:
-            clamped = FACTOR_BOUND if factor > 0 else -FACTOR_BOUND
-            others = sum(abs(f) for u, _, f in factors if u != unit and abs(f) <= FACTOR_BOUND)
+    for unit, option, value in chosen:
+        if abs(value) > FACTOR_BOUND:
+            clipped = Decimal(FACTOR_BOUND).copy_sign(value)
+            others = sum((abs(v) for u, _, v in chosen if u != unit and abs(v) <= FACTOR_BOUND), Decimal(0))
             out.warnings.append(
-                f"{option}: factor {factor} is past vmsched's bound of {FACTOR_BOUND}, clamped to {clamped} "
-                f"(the other weighers' factors sum to {others})"
+                f"{option}: factor {_shown(value)} is past vmsched's bound on a factor ({FACTOR_BOUND}), "
+                f"clipped to {clipped:f} (the other weighers' factors sum to {_shown(others.normalize())})"
             )
-            factor = clamped
-        if factor != 0:
-            weights.append({"unit": unit, "factor": factor})
+            value = clipped
+        factor = float(value)
+        if factor == 0:
+            out.warnings.append(f"{option}: factor {value} is too small for a double, left out")
+            continue
+        if Decimal(repr(factor)) != value:
+            out.warnings.append(
+                f"{option}: factor {_shown(value)} has more digits than a double holds, rounded to {factor!r}"
+            )
+        weights.append({"unit": unit, "factor": canonical_number(factor)})
     return weights
 
 

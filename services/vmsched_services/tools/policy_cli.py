@@ -10,6 +10,7 @@ Policies live in YAML files an administrator keeps in git:
         filters: [Memory, CPU, Network, {unit: PinToHost, position: first}]
         weights:
           - {unit: OptimalForEvenCpuDistribution, factor: 2}
+          - {unit: OptimalForEvenMemoryDistribution, factor: 1.5}   # factors are decimals
         properties: {HighUtilization: "75"}
     clusters:
       - {cluster_id: c1, policy: web-spread, ha_reservation: true}

@@ -4,10 +4,20 @@ validation must not be able to hold a worker for seconds or grow its memory)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StringConstraints, ValidationInfo
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    Strict,
+    StringConstraints,
+    ValidationInfo,
+)
 
 #: Host, cluster, VM and network ids: engine-chosen strings (UUIDs fit), bounded and printable.
 Id = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:@-]*$")]
@@ -23,6 +33,62 @@ Text = Annotated[str, StringConstraints(max_length=MAX_TEXT)]
 Int = Annotated[int, Strict()]
 Float = Annotated[float, Strict()]
 Bool = Annotated[bool, Strict()]
+
+#: Largest magnitude of a weight factor. Nova's largest default multipliers (build_failure_ and
+#: cross_cell_move_weight_multiplier, 1000000.0) fit as they are. Not larger: selectors compare
+#: totals rounded to 9 decimals (scheduling.selection), which absorbs floating-point noise only while
+#: sum(|factor| x points) stays within what a double holds to that many decimals.
+MAX_FACTOR = 1_000_000
+
+
+def canonical_number(value: float) -> float:
+    """A whole number as an int (2, not 2.0), anything else as a float: a factor read back from
+    PostgreSQL (double precision) or JSON writes the way its administrator wrote it, so a policy
+    file with `factor: 2` exports as 2 and shows no difference when applied again."""
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def factor_problem(value: object) -> str | None:
+    """What is wrong with `value` as a weight factor (None: nothing, or not a number at all, which
+    the type check refuses): not finite, or past ±MAX_FACTOR."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        if not math.isfinite(number):
+            return f"{value!r} is not a finite number"
+        # Quoted, or YAML 1.1's exponent without a dot (PyYAML reads 1e6 as text): say how to write it.
+        return f"{value!r} is text, not a number: write it unquoted, an exponent with a dot (1.0e+6, not 1e6)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{value} is not a finite number"
+    if abs(value) > MAX_FACTOR:
+        shown = repr(value) if len(repr(value)) <= 32 else f"a number of {len(str(abs(value)))} digits"
+        return f"{shown} is out of range: a factor is from -{MAX_FACTOR} to {MAX_FACTOR}"
+    return None
+
+
+def check_factor(value: object, info: ValidationInfo) -> object:
+    """A before-validator for a `factor` field declared after a `unit` field: the refusal names the
+    unit and the value ("weight RAMWeigher: factor inf is not a finite number")."""
+    problem = factor_problem(value)
+    if problem is not None:
+        raise ValueError(f"weight {info.data.get('unit', '(unnamed)')}: factor {problem}")
+    return value
+
+
+#: A weight factor: a decimal, finite, within ±MAX_FACTOR. Held and written as an int when whole
+#: (canonical_number): a JSON integer and 2.0 are the same factor, 2.
+Factor = Annotated[
+    float,
+    Strict(),
+    Field(ge=-MAX_FACTOR, le=MAX_FACTOR, allow_inf_nan=False),
+    AfterValidator(canonical_number),
+    PlainSerializer(canonical_number, return_type=Any),
+]
 
 #: Largest integer a message carries (int64): counters and sizes fit; a 1000-digit number would
 #: overflow the hosts' numpy columns.

@@ -13,9 +13,23 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, StringConstraints
+from pydantic import Field, StringConstraints, field_validator
 
-from vmsched.contracts.base import MAX_INT, MAX_TEXT, Bool, Id, Int, Key, Message, Name, PropertyValue, Text
+from vmsched.contracts.base import (
+    MAX_FACTOR,
+    MAX_INT,
+    MAX_TEXT,
+    Bool,
+    Factor,
+    Id,
+    Int,
+    Key,
+    Message,
+    Name,
+    PropertyValue,
+    Text,
+    check_factor,
+)
 
 #: A policy's name: what administrators and files refer to it by.
 PolicyName = Annotated[str, StringConstraints(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 ._:@-]*$")]
@@ -51,12 +65,13 @@ class WeightEntry(Message):
     """One weight unit of a policy, with its factor."""
 
     unit: UnitRef = Field(description="A weight unit's name (`vmsched units list`).")
-    factor: Int = Field(
+    factor: Factor = Field(
         1,
-        ge=-1_000_000,
-        le=1_000_000,
-        description="Multiplier of the unit's points; negative turns spreading into stacking (Nova).",
+        description=f"Multiplier of the unit's points: a decimal (1.5) from -{MAX_FACTOR} to {MAX_FACTOR}, "
+        "written as an integer when whole; negative turns spreading into stacking (Nova).",
     )
+
+    _factor_checked = field_validator("factor", mode="before")(check_factor)
 
 
 class PolicyDocument(Message):

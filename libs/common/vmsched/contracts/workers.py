@@ -12,9 +12,9 @@ from __future__ import annotations
 from enum import StrEnum
 from uuid import UUID
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from vmsched.contracts.base import MAX_INT, Bool, Float, Id, Int, Message, Name, PropertyValue
+from vmsched.contracts.base import MAX_INT, Bool, Factor, Float, Id, Int, Message, Name, PropertyValue, check_factor
 from vmsched.contracts.scheduling import (
     MAX_HOSTS,
     ErrorInfo,
@@ -35,9 +35,9 @@ class UnitCall(Message):
     """One policy unit as a policy uses it: its name, its factor (weights) and the policy's properties."""
 
     unit: Name = Field(description="The policy unit's name.")
-    factor: Float = Field(
-        1.0, ge=-1_000_000, le=1_000_000, description="The unit's factor in the policy (weights; unitless multiplier)."
-    )
+    factor: Factor = Field(1, description="The unit's factor in the policy (weights; unitless multiplier, a decimal).")
+
+    _factor_checked = field_validator("factor", mode="before")(check_factor)
     properties: dict[Name, PropertyValue] = Field(
         default_factory=dict,
         max_length=256,

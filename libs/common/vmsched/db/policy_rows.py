@@ -132,7 +132,7 @@ class _Link:
     sequence: FilterSequence = FilterSequence.NONE
     filter_position: int | None = None
     weight: bool = False
-    factor: int = 1
+    factor: float = 1
     weight_position: int | None = None
     balance: bool = False
 

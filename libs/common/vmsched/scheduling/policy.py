@@ -12,10 +12,10 @@ from types import MappingProxyType
 from typing import Any, Final, cast
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from vmsched.contracts import UnitCall
-from vmsched.contracts.base import Name, PropertyValue
+from vmsched.contracts.base import Factor, Name, PropertyValue, check_factor
 from vmsched.errors import SchedulingError, UnknownPolicyUnit
 from vmsched.scheduling.properties import HIGH_VM_COUNT_PROPERTY, MIGRATION_THRESHOLD_PROPERTY
 from vmsched.scheduling.units.base import PolicyUnit, validate_properties
@@ -38,8 +38,11 @@ class PolicyFilter(BaseModel):
 class PolicyWeight(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     unit: str
-    #: The multiplier; negative turns a spreading unit into a stacking one (Nova).
-    factor: int = Field(1, ge=-1_000_000, le=1_000_000)
+    #: The multiplier, a decimal (held as an int when whole); negative turns a spreading unit into a
+    #: stacking one (Nova).
+    factor: Factor = 1
+
+    _factor_checked = field_validator("factor", mode="before")(check_factor)
 
 
 #: (filters, weights, properties' items, filter calls, weight calls), as a policy built its calls.
