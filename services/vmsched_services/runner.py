@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from vmsched.bus import Bus
+from vmsched.health import Health
 from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import set_cluster_label_limit
@@ -15,7 +17,11 @@ from vmsched.runtime import DEGRADING_CHECKS, Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.catalogues import UnitCatalogues, announce_units, units_of
+from vmsched.tracing import Tracing
 from vmsched_services import SERVICES
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 log = get_logger("vmsched.runner")
 
@@ -30,10 +36,12 @@ async def run(
     stop: asyncio.Event | None = None,
     ready: asyncio.Event | None = None,
     bus: BusFactory | None = None,
+    span_exporter: SpanExporter | None = None,
 ) -> None:
     """Start `names` on one Runtime, set `ready`, and run until `stop` is set (or SIGINT/SIGTERM).
 
-    `bus` lets a test run the services on another bus (a MemoryBus on a shared MemoryBroker).
+    `bus` lets a test run the services on another bus (a MemoryBus on a shared MemoryBroker);
+    `span_exporter` turns tracing on with that exporter instead of the configured OTLP endpoint.
     """
     unknown = [n for n in names if n not in SERVICES]
     if unknown:
@@ -51,7 +59,23 @@ async def run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
+    # Before the bus connects: the instrumentation follows consumers registered after it is on.
+    with traced(settings, label, span_exporter):
+        rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
+        await _serve(rt, names, units, stop, ready, health, loop)
+
+
+async def _serve(
+    rt: Runtime,
+    names: Sequence[str],
+    units: dict[str, str],
+    stop: asyncio.Event,
+    ready: asyncio.Event | None,
+    health: Health | None,
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Start the services on `rt` and run until `stop`; then close everything."""
+    settings = rt.settings
     try:
         # Spawned first: its first announcement goes out while the services below connect.
         catalogues = UnitCatalogues(rt.redis, settings)
@@ -79,3 +103,14 @@ async def run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
                 loop.remove_signal_handler(sig)
+
+
+@contextlib.contextmanager
+def traced(settings: Settings, service: str, exporter: SpanExporter | None = None) -> Iterator[None]:
+    """The process traced while the block runs, when tracing is configured (or `exporter` given)."""
+    tracing = Tracing.start(settings, service, exporter=exporter)
+    try:
+        yield
+    finally:
+        if tracing is not None:
+            tracing.shutdown()

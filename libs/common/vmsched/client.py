@@ -51,6 +51,7 @@ from vmsched.contracts import (
 )
 from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.settings import Settings
+from vmsched.tracing import Tracing, span
 
 
 class BusClient:
@@ -64,8 +65,13 @@ class BusClient:
         self.settings = settings or Settings()
         self.bus = bus or connect(self.settings, self.label)
         self._own_bus = bus is None
+        self._tracing: Tracing | None = None
 
     async def __aenter__(self) -> Self:
+        # With tracing configured (VMSCHED_TRACING_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT) the client
+        # traces its calls, joining a tracing already running in this process; before its bus
+        # connects, so the instrumentation sees the reply consumer.
+        self._tracing = Tracing.start(self.settings, f"vmsched-{self.label}")
         if self._own_bus:
             await self.bus.start()
         return self
@@ -73,6 +79,9 @@ class BusClient:
     async def __aexit__(self, *exc: object) -> None:
         if self._own_bus:
             await self.bus.close()
+        if self._tracing is not None:
+            self._tracing.shutdown()
+            self._tracing = None
 
 
 class SchedulerClient(BusClient):
@@ -119,7 +128,10 @@ class SchedulerClient(BusClient):
         return await self.schedule(cluster_id, copies[0], batch=copies[1:], **kwargs)
 
     async def send(self, request: ScheduleRequest, *, timeout: float | None = None) -> ScheduleDecision:
-        return await self.bus.call(c.RPC_SCHEDULE, request, ScheduleDecision, timeout=timeout)
+        # One decision, one trace: this span begins it (or continues the engine's current one).
+        attributes = {"vmsched.request_id": str(request.request_id), "vmsched.cluster": request.cluster_id}
+        with span("vmsched.schedule", attributes, kind="client"):
+            return await self.bus.call(c.RPC_SCHEDULE, request, ScheduleDecision, timeout=timeout)
 
     async def what_if(
         self,

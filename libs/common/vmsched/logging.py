@@ -3,6 +3,9 @@
 Every line, ours and the client libraries', goes last through `mask_secrets`, which replaces the
 process's secrets (SECRETS) wherever they appear in its values: whatever a message or an exception
 quotes, a password the process was configured with never reaches its log.
+
+With tracing on (vmsched.tracing), every line written inside a span carries its `trace_id` and
+`span_id` (`add_trace_ids`, fed by TRACE_IDS), so a decision's lines and its trace find each other.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import logging
 import re
 import sys
 import threading
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any, cast
 
 import structlog
@@ -29,6 +32,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_trace_ids,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.StackInfoRenderer(),
@@ -57,6 +61,7 @@ def configure(level: str = "INFO", fmt: str = "json", service: str | None = None
             ],
             foreign_pre_chain=[
                 structlog.stdlib.add_logger_name,
+                add_trace_ids,
                 structlog.processors.add_log_level,
                 structlog.processors.TimeStamper(fmt="iso", utc=True),
             ],
@@ -98,6 +103,35 @@ def _one_line_client_errors(record: logging.LogRecord) -> bool:
 
 def get_logger(name: str) -> structlog.typing.FilteringBoundLogger:
     return cast(structlog.typing.FilteringBoundLogger, structlog.get_logger(name))
+
+
+# ---------------------------------------------------------------- the current trace in each line
+class TraceIds:
+    """Where log lines take the current span's (trace_id, span_id) from: `source`, None while tracing
+    is off (then `add_trace_ids` adds nothing, at the cost of one attribute read).
+
+    The process has one, TRACE_IDS, owned by vmsched.tracing.Tracing: its start sets `source`, its
+    last shutdown clears it. It lives here, not there, so that logging names no tracing module and
+    every line goes through the same processors whether tracing is on or not.
+    """
+
+    def __init__(self) -> None:
+        self.source: Callable[[], tuple[str, str] | None] | None = None
+
+
+#: The process's one (see TraceIds for who feeds it).
+TRACE_IDS = TraceIds()
+
+
+def add_trace_ids(logger: Any, method_name: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: the current span's trace_id and span_id, when tracing is on and a span is current."""
+    source = TRACE_IDS.source
+    if source is None:
+        return event_dict
+    ids = source()
+    if ids is not None:
+        event_dict["trace_id"], event_dict["span_id"] = ids
+    return event_dict
 
 
 # ---------------------------------------------------------------- secrets kept out of the logs

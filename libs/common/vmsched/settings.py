@@ -27,6 +27,10 @@ URL_FORMS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+#: The standard OpenTelemetry variable, read when VMSCHED_TRACING_ENDPOINT is not set.
+OTEL_ENDPOINT_VARIABLE = "OTEL_EXPORTER_OTLP_ENDPOINT"
+
+
 def url_problem(url: str, server: str) -> str | None:
     """What is wrong with `url` as the URL of a `server` ("amqp", "redis", "postgres"), else None:
     its scheme, host and port are checked (the first of those that is wrong is named)."""
@@ -273,6 +277,33 @@ class Settings(BaseSettings):
     #: for a Prometheus or a health check in another container or on another host.
     metrics_host: str = "127.0.0.1"
 
+    #: Tracing (docs/operating.md, "Tracing"): the OTLP/HTTP endpoint spans are sent to, a base URL
+    #: such as http://jaeger:4318 (/v1/traces is added) or the full traces URL. Empty: tracing is off
+    #: (opentelemetry is not even imported), unless the standard OTEL_EXPORTER_OTLP_ENDPOINT is set,
+    #: which is read when this is not.
+    tracing_endpoint: str = Field(default_factory=lambda: os.environ.get(OTEL_ENDPOINT_VARIABLE, ""))
+    #: The share of decisions traced that start their trace here (an engine's sampled trace is
+    #: followed whatever this says): 1 traces every one, 0.01 one in a hundred.
+    tracing_sample_ratio: float = Field(1.0, ge=0, le=1)
+
+    @field_validator("tracing_endpoint", mode="after")
+    @classmethod
+    def _tracing_endpoint(cls, value: str) -> str:
+        if not value:
+            return value
+        try:
+            parts = urlsplit(value)
+            host = parts.hostname
+            parts.port  # noqa: B018 (reading it checks it)
+        except ValueError as exc:
+            raise ValueError(f"VMSCHED_TRACING_ENDPOINT={redacted_url(value)!r} cannot be read ({exc})") from None
+        if parts.scheme not in ("http", "https") or not host:
+            raise ValueError(
+                f"VMSCHED_TRACING_ENDPOINT={redacted_url(value)!r} is not an OTLP/HTTP URL: write "
+                "http://host:4318 (or https://...), or leave it empty for no tracing"
+            )
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,
@@ -313,8 +344,9 @@ def is_secret_field(name: str) -> bool:
 
 
 def is_url_field(name: str) -> bool:
-    """A setting holding server URLs (comma-separated for `_urls`), whose passwords are secret."""
-    return name.endswith(("_url", "_urls"))
+    """A setting holding server URLs (comma-separated for `_urls`; `_endpoint`: the tracing
+    collector's), whose passwords are secret."""
+    return name.endswith(("_url", "_urls", "_endpoint"))
 
 
 def url_passwords(urls: str) -> set[str]:

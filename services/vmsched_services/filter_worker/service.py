@@ -19,6 +19,7 @@ from vmsched.contracts import FilterReply, FilterRequest, PlaceReply, PlaceReque
 from vmsched.runtime import Runtime
 from vmsched.scheduling.pipeline import run_filters
 from vmsched.scheduling.placement import place_group
+from vmsched.tracing import span
 from vmsched_services.worker_units import serve_routed
 
 #: How much of the time a `place` call has left when it arrives is kept for the reply to travel
@@ -40,9 +41,12 @@ class FilterWorker:
         self.rt = rt
 
     async def place(self, req: PlaceRequest) -> PlaceReply:
-        version, table = await self.rt.state.table(req.cluster_id, min_version=req.state_version)
-        results = await place_group(table, req, deadline=stop_at(MESSAGE_DEADLINE.get(), time.time()))
-        return PlaceReply(request_id=req.request_id, state_version=version, results=results)
+        # A child of the selector's group span, through the message's traceparent header.
+        attributes = {"vmsched.cluster": req.cluster_id, "vmsched.group_size": len(req.items)}
+        with span("vmsched.place", attributes):
+            version, table = await self.rt.state.table(req.cluster_id, min_version=req.state_version)
+            results = await place_group(table, req, deadline=stop_at(MESSAGE_DEADLINE.get(), time.time()))
+            return PlaceReply(request_id=req.request_id, state_version=version, results=results)
 
     async def handle(self, req: FilterRequest) -> FilterReply:
         # A candidate missing here would silently drop out of the answer: StaleState instead.

@@ -35,6 +35,7 @@ from vmsched.bus.dispatch import HEADER_DEADLINE, Delivery, Dispatcher, Transpor
 from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import BusUnavailable, NoConsumer, RemoteError, RpcTimeout
 from vmsched.settings import Settings
+from vmsched.tracing import extracted, inject
 
 Req = TypeVar("Req", bound=Message)
 Rep = TypeVar("Rep", bound=Message)
@@ -214,7 +215,9 @@ class _Consumer(Subscription):
     async def _run(self, message: _Message) -> None:
         transport = _MemoryTransport(self.broker, self.queue, message)
         try:
-            await self.handle(message.delivery, transport)
+            # In the sender's trace (the task taking it was started before the message was sent).
+            with extracted(message.delivery.headers):
+                await self.handle(message.delivery, transport)
         except asyncio.CancelledError:
             if not transport.settled and not self.queue.deleted:
                 self.queue.messages.put_nowait(message)  # not acked: the broker delivers it again
@@ -289,10 +292,12 @@ class MemoryBus(Bus):
     async def call(self, route: str, request: Message, reply_type: type[Rep], *, timeout: float | None = None) -> Rep:
         self._check_open()
         timeout = timeout or self.settings.rpc_timeout_s
+        headers: dict[str, Any] = {HEADER_DEADLINE: int((time.time() + timeout) * 1000)}
+        inject(headers)  # the trace goes with the request, as the AMQP instrumentation sends it
         body, is_error = await self.broker.request(
             route,
             encode(request),
-            headers={HEADER_DEADLINE: int((time.time() + timeout) * 1000)},
+            headers=headers,
             timeout=timeout,
             user_id=self.user_id,
         )
@@ -316,7 +321,9 @@ class MemoryBus(Bus):
     ) -> None:
         self._check_open()
         body, type_ = encode(event), type_name(event)
-        self._route_event(routing_key, body, type_, user_id=self.user_id)
+        headers: dict[str, Any] = {}
+        inject(headers)
+        self._route_event(routing_key, body, type_, headers, user_id=self.user_id)
 
     def _route_event(
         self,
@@ -334,7 +341,7 @@ class MemoryBus(Bus):
                     queue=queue,
                     body=body,
                     routing_key=routing_key,
-                    headers=headers or {},
+                    headers=dict(headers or {}),  # each queue's copy its own
                     type=type_,
                     exchange=c.EVENTS_EXCHANGE,
                     user_id=user_id,

@@ -42,6 +42,7 @@ from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 from vmsched.store.generations import Recover
+from vmsched.tracing import current_span, span
 
 # Under the selector's name: the selector is the service whose work these lines report.
 log = get_logger("vmsched.selector")
@@ -118,6 +119,14 @@ class Lifecycle:
 
     async def decide(self, req: ScheduleRequest) -> ScheduleDecision:
         """The decision on `req`: the stored one for a request id already decided, else a new one."""
+        attributes = {"vmsched.request_id": str(req.request_id), "vmsched.cluster": req.cluster_id}
+        with span("vmsched.decide", attributes) as decide_span:
+            decision = await self._decide(req)
+            if decide_span is not None:
+                decide_span.set_attribute("vmsched.status", decision.status.value)
+            return decision
+
+    async def _decide(self, req: ScheduleRequest) -> ScheduleDecision:
         started = time.perf_counter()
         stages: Stages = {}
         fingerprint = request_fingerprint(req)
@@ -172,7 +181,7 @@ class Lifecycle:
         for attempt in (0, 1):
             if expired(req):
                 return expired_decision(req, started, policy.name)
-            turn = Turn(req, policy, fingerprint, started, retried, attempt == 0, stages)
+            turn = Turn(req, policy, fingerprint, started, retried, attempt == 0, stages, trace=current_span())
             outcome = await self.groups.take_turn(turn)
             if not isinstance(outcome, int):
                 return outcome

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from typing import Any
 
 from vmsched.contracts import RequestKind
 from vmsched.errors import DecisionLost, UnknownCluster
@@ -23,6 +24,7 @@ from vmsched.lifecycle.timing import StageTimer, lap_all
 from vmsched.lifecycle.turns import Outcome, Turn, TurnResult, Verdict, fail, one_group, settle
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
+from vmsched.tracing import group_span, link_members
 
 
 class Groups:
@@ -72,6 +74,12 @@ class Groups:
     async def _run_group(self, cluster: str, queue: deque[Turn]) -> None:
         """Take the lock, then every attempt queued by then (up to the group size): the requests
         that arrived while the previous holder worked are one group."""
+        # Traced as a child of the request that waited longest (its lock wait, reads, `place` call
+        # and commit are in its trace), linked to every request of the group (vmsched.tracing).
+        with group_span("vmsched.group", queue[0].trace, {"vmsched.cluster": cluster}) as traced:
+            await self._run_traced_group(cluster, queue, traced)
+
+    async def _run_traced_group(self, cluster: str, queue: deque[Turn], traced: Any) -> None:
         wait_from = time.perf_counter()
         group: list[Turn] = []
         again: list[Turn] = []
@@ -79,6 +87,9 @@ class Groups:
             async with self.locks.hold(cluster) as lease:
                 self.timer.lock_waited(time.perf_counter() - wait_from)
                 group, again = one_group(queue, self.settings.group_max, self.settings.priority_aging_s)
+                if traced is not None:
+                    traced.set_attribute("vmsched.group_size", len(group))
+                    link_members(traced, [turn.trace for turn in group])
                 lap_all(self.timer, [turn.stages for turn in group], "lock_wait", wait_from)
                 if lease.replay_guard and group:
                     group = await self._without_lost_replays(cluster, group)

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TypeAlias
+from typing import Any, TypeAlias
 from uuid import UUID
 
 from vmsched.contracts import Explanation, PendingEntry, Placement, ScheduleDecision, ScheduleRequest
@@ -44,6 +44,9 @@ class Turn:
     #: What the decision order looks at (priority, time queued, deadline, size).
     waiting: Waiting = field(init=False)
     done: asyncio.Future[TurnResult] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    #: The request's span (vmsched.decide) while tracing is on, else None: its group's span is a
+    #: child of the first waiting one and linked to each (vmsched.tracing.group_span).
+    trace: Any = None
 
     def __post_init__(self) -> None:
         now = time.monotonic()
