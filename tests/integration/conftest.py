@@ -22,7 +22,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aio_pika
 import aiormq
@@ -42,6 +42,9 @@ from vmsched_services.runner import BusFactory, run
 from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.servers.base import TlsListener
 from vmsched_services.tools.servers.rabbit import RabbitNode
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export import SpanExporter
 
 #: How long the services get to start (all of them ready) and to stop.
 START_TIMEOUT_S = 30.0
@@ -166,11 +169,13 @@ async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lea
 
 
 @contextlib.asynccontextmanager
-async def services(cfg: Settings, *names: str, bus: BusFactory | None = None) -> AsyncIterator[Settings]:
+async def services(
+    cfg: Settings, *names: str, bus: BusFactory | None = None, span_exporter: SpanExporter | None = None
+) -> AsyncIterator[Settings]:
     """The named services running in this process on `cfg` (and `bus`, RabbitMQ if None; Buses, or
-    any (settings, service) -> Bus) until the block ends."""
+    any (settings, service) -> Bus) until the block ends; traced into `span_exporter` if given."""
     stop, ready = asyncio.Event(), asyncio.Event()
-    task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready, bus=bus))
+    task = asyncio.create_task(run(list(names), cfg, stop=stop, ready=ready, bus=bus, span_exporter=span_exporter))
     await asyncio.wait_for(ready.wait(), START_TIMEOUT_S)
     try:
         yield cfg
