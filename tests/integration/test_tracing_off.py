@@ -47,8 +47,8 @@ async def test_with_tracing_off_a_process_that_decides_imports_no_opentelemetry(
                     await factories.make_cluster(client, "off", 1, cpu_cores=8, physical_mem_mb=8192,
                                                  mem_free_mb=8192, reserved_mem_mb=0)
                     decision = await client.schedule("off", factories.vm_spec("vm-off", mem_mb=512, vcpus=1))
-            print(json.dumps({"status": decision.status.value,
-                              "otel": sorted(m for m in sys.modules if m.startswith("opentelemetry") and m not in drivers)}))
+            ours = sorted(m for m in sys.modules if m.startswith("opentelemetry") and m not in drivers)
+            print(json.dumps({"status": decision.status.value, "otel": ours}))
 
         asyncio.run(main())
         """
