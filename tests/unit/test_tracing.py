@@ -121,6 +121,43 @@ def test_with_tracing_off_vmsched_runs_without_opentelemetry_and_imports_none() 
     assert "trace_id" not in line
 
 
+def test_tracing_configured_without_opentelemetry_installed_says_what_to_do() -> None:
+    script = textwrap.dedent(
+        """
+        import importlib.abc, sys
+
+        class NoOpenTelemetry(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path=None, target=None):
+                if name == "opentelemetry" or name.startswith("opentelemetry."):
+                    raise ImportError(f"No module named {name!r}", name=name)
+                return None
+
+        sys.meta_path.insert(0, NoOpenTelemetry())
+        from vmsched.errors import UsageError
+        from vmsched.settings import Settings
+        from vmsched.tracing import Tracing
+
+        try:
+            Tracing.start(Settings(tracing_endpoint="http://jaeger:4318"), "selector")
+        except UsageError as exc:
+            print(exc, "|", exc.hint)
+        """
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env={"PYTHONPATH": f"{ROOT / 'libs' / 'common'}:{ROOT / 'services'}", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "tracing is configured" in run.stdout
+    assert "http://jaeger:4318" in run.stdout
+    assert "pip install 'vmsched[tracing]'" in run.stdout
+
+
 # ---------------------------------------------------------------- on
 @pytest.fixture
 def exporter() -> Iterator[InMemorySpanExporter]:

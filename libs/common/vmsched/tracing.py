@@ -30,8 +30,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from vmsched.errors import UsageError
 from vmsched.logging import TRACE_IDS, get_logger
-from vmsched.settings import Settings
+from vmsched.settings import OTEL_ENDPOINT_VARIABLE, Settings, redacted_url
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
@@ -114,13 +115,24 @@ class Tracing:
         log.info(
             "tracing on",
             service=running.service,
-            endpoint=traces_url(settings.tracing_endpoint) if exporter is None else "in-process exporter",
+            endpoint=redacted_url(traces_url(settings.tracing_endpoint)) if exporter is None else "in-process exporter",
             sample_ratio=settings.tracing_sample_ratio,
         )
         return running
 
     @classmethod
     def _build(cls, settings: Settings, service: str, exporter: SpanExporter | None) -> Tracing:
+        try:
+            return cls._built(settings, service, exporter)
+        except ImportError as exc:  # configured where the `tracing` extra is not installed
+            raise UsageError(
+                f"tracing is configured (VMSCHED_TRACING_ENDPOINT or {OTEL_ENDPOINT_VARIABLE} is "
+                f"{redacted_url(settings.tracing_endpoint)!r}) but {exc.name or 'opentelemetry'} is not installed",
+                hint="install the tracing extra (pip install 'vmsched[tracing]'), or unset the variable",
+            ) from None
+
+    @classmethod
+    def _built(cls, settings: Settings, service: str, exporter: SpanExporter | None) -> Tracing:
         # Imported here, and only here: a process with tracing off never loads opentelemetry.
         from opentelemetry.instrumentation.aio_pika import AioPikaInstrumentor
         from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
