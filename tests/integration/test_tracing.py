@@ -101,6 +101,12 @@ def the_span(exporter: InMemorySpanExporter, name: str, request_id: uuid.UUID) -
     return found[0]
 
 
+def group_size(group: ReadableSpan) -> int:
+    size = (group.attributes or {}).get("vmsched.group_size", 0)
+    assert isinstance(size, int)
+    return size
+
+
 def log_lines(err: str) -> list[dict[str, object]]:
     lines = []
     for line in err.splitlines():
@@ -175,7 +181,7 @@ async def test_a_group_is_a_child_of_its_first_request_and_linked_to_every_one(
             for s in exporter.get_finished_spans()
             if s.name == "vmsched.group" and (s.attributes or {}).get("vmsched.cluster") == cluster
         ]
-        if sum(int((g.attributes or {}).get("vmsched.group_size", 0)) for g in groups) >= len(decisions):
+        if sum(group_size(g) for g in groups) >= len(decisions):
             break
         await asyncio.sleep(0.05)
     for rid, decide in decides.items():

@@ -164,19 +164,19 @@ class Tracing:
             )
         else:
             provider.add_span_processor(SimpleSpanProcessor(exporter))
-        instrumentors: list[Instrumentor] = [
-            AioPikaInstrumentor(),
-            RedisInstrumentor(),
-            AsyncPGInstrumentor(),  # type: ignore[no-untyped-call]
-        ]
-        for instrumentor in instrumentors:
+        instrumentors: list[Instrumentor] = []
+        asyncpg_instrumentor: Instrumentor = AsyncPGInstrumentor()  # type: ignore[no-untyped-call]
+        for instrumentor in (AioPikaInstrumentor(), RedisInstrumentor(), asyncpg_instrumentor):
+            if getattr(instrumentor, "is_instrumented_by_opentelemetry", False):
+                continue  # the embedding program's own (an engine's): left to it, on and off
             # skip_dep_check: the versions are pinned by the `tracing` extra; the check walks every
             # installed distribution's metadata, slow at start and no safer.
             instrumentor.instrument(tracer_provider=provider, skip_dep_check=True)
+            instrumentors.append(instrumentor)
         return cls(provider, name, instrumentors)
 
     def shutdown(self) -> None:
-        """Leave the tracing; the last to leave turns the instrumentations off and sends what is left."""
+        """Leave the tracing; the last to leave turns its instrumentations off and sends what is left."""
         self._users -= 1
         if self._users > 0:
             return
