@@ -180,6 +180,48 @@ async def test_cluster_state_attach_schedule_and_ha(
     assert r.json()["changes"][0]["action"] == "detach"
 
 
+async def test_clusters_decisions_explanations_and_what_if(
+    api: httpx.AsyncClient, engine: SchedulerClient, unique: str
+) -> None:
+    cluster = f"dec-{unique}"
+    await factories.make_cluster(engine, cluster, 3, **HOST)
+    listed = (await api.get("/api/v1/clusters", headers=bearer("viewer"))).json()
+    mine = next(c for c in listed if c["cluster_id"] == cluster)
+    assert mine["hosts"] == 3
+    vm = {"vm_id": f"vm-{unique}", "mem_mb": 1024, "vcpus": 1}
+    placed = await api.post(f"/api/v1/clusters/{cluster}/schedule", json={"vm": vm}, headers=bearer("operator"))
+    request_id = placed.json()["request_id"]
+    recent = await factories.eventually(
+        lambda: api.get(f"/api/v1/clusters/{cluster}/decisions?limit=5", headers=bearer("viewer")),
+        lambda r: bool(r.json()),
+        "the decision stored",
+    )
+    assert recent.json()[0]["request_id"] == request_id
+    one = await api.get(f"/api/v1/clusters/{cluster}/decisions/{request_id}", headers=bearer("viewer"))
+    assert one.status_code == 200
+    assert one.json()["explanation"]["summary"]
+    missing = "00000000-0000-4000-8000-000000000000"
+    r = await api.get(f"/api/v1/clusters/{cluster}/decisions/{missing}", headers=bearer("viewer"))
+    assert r.status_code == 404
+    r = await api.get(f"/api/v1/clusters/{cluster}/decisions/not-a-uuid", headers=bearer("viewer"))
+    assert r.status_code == 422
+    assert r.json()["error"]["location"] == "path.request_id"
+
+    body = {"vm": {**vm, "vm_id": f"what-{unique}"}, "policy": "power_saving"}
+    r = await api.post(f"/api/v1/clusters/{cluster}/whatif", json=body, headers=bearer("operator"))
+    assert r.status_code == 200, r.text
+    reply = r.json()
+    assert reply["policy"] == "power_saving"
+    assert {h["host_id"] for h in reply["hosts"]} == {f"{cluster}-h{i}" for i in range(3)}
+    inline = {"vm": body["vm"], "policy_inline": {"name": "try", "filters": ["Memory"], "weights": []}}
+    r = await api.post(f"/api/v1/clusters/{cluster}/whatif", json=inline, headers=bearer("operator"))
+    assert r.status_code == 200, r.text
+    assert r.json()["policy"] == "try"
+    assert (
+        await api.post(f"/api/v1/clusters/{cluster}/whatif", json=body, headers=bearer("viewer"))
+    ).status_code == 403
+
+
 async def test_a_simulation_returns_a_report_per_policy(api: httpx.AsyncClient) -> None:
     body = {"hosts": 8, "vms": 40, "hours": 1, "seed": 3, "policies": ["none", "power_saving"]}
     r = await api.post("/api/v1/simulations", json=body, headers=bearer("operator"))

@@ -3,6 +3,7 @@
     VmschedError
     ├── InvalidRequest
     │   ├── InvalidQuery          (also a ValueError)
+    │   ├── DecisionNotFound
     │   └── RequestTooLarge       (the HTTP API: a body over VMSCHED_API_MAX_BODY_BYTES)
     ├── SchedulingError           (it becomes a decision with status error)
     │   ├── UnknownCluster
@@ -101,6 +102,16 @@ class InvalidQuery(InvalidRequest, ValueError):
 
     code = "invalid_query"
     meaning = "a Nova JsonFilter query the grammar cannot evaluate"
+
+
+class DecisionNotFound(InvalidRequest):
+    """RPC `decisions.get` for a request id with no stored decision."""
+
+    code = "decision_not_found"
+    meaning = (
+        "no decision is stored for that request id: it was never decided, was not stored (errors and expired "
+        "requests are not), or is older than VMSCHED_DECISION_TTL_S"
+    )
 
 
 class RequestTooLarge(InvalidRequest):
@@ -430,6 +441,7 @@ __all__ = [
     "DatabaseMissing",
     "DatabaseUnavailable",
     "DecisionLost",
+    "DecisionNotFound",
     "FencedOut",
     "GenerationLost",
     "InjectionError",
