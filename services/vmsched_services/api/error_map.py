@@ -17,7 +17,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from vmsched import constants as c
 from vmsched.errors import NoConsumer, RemoteError, RequestTooLarge, RpcTimeout, VmschedError
@@ -176,6 +178,17 @@ def request_id(request: Request) -> str:
     return rid if isinstance(rid, str) else uuid.uuid4().hex
 
 
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at the request's path. Starlette's 405 names only the first
+    route's, and a path's methods are often several routes (PUT and DELETE of /clusters/{id}/policy)."""
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     """Register the handlers that turn every failure into the JSON error form."""
 
@@ -197,6 +210,21 @@ def install(app: FastAPI) -> None:
         )
         return answer(422, body)
 
+    @app.exception_handler(ValidationError)
+    async def refused_by_contract(request: Request, exc: ValidationError) -> JSONResponse:
+        # What the body passed but the bus message it became does not (a rule across fields, such as
+        # both `policy` and `policy_inline`): bad input too, located in the body.
+        problems = [
+            {"location": ".".join(["body", *(str(p) for p in e["loc"])]), "message": str(e["msg"])[:500]}
+            for e in exc.errors()[:MAX_LISTED]
+        ]
+        first = problems[0] if problems else {"location": "body", "message": "invalid request"}
+        message = f"{exc.error_count()} problem(s); the first: {first['location']}: {first['message']}"
+        body = error_body(
+            "invalid_request", message, location=first["location"], errors=problems, request_id=request_id(request)
+        )
+        return answer(422, body)
+
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         if getattr(request.state, "body_too_large", False):
@@ -205,9 +233,17 @@ def install(app: FastAPI) -> None:
                 f"({request.app.state.api.settings.api_max_body_bytes} bytes); it was not read to its end"
             )
             return await vmsched_error(request, too_large)
+        if exc.status_code == 400:
+            # FastAPI's answer to a body it cannot decode (not UTF-8, not JSON): bad input like any other.
+            message = f"the body cannot be read as JSON ({exc.detail})"
+            body = error_body("invalid_request", message, location="body", request_id=request_id(request))
+            return answer(422, body)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         body = error_body(code, str(exc.detail), request_id=request_id(request))
-        return answer(exc.status_code, body, dict(exc.headers or {}))
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(request))
+        return answer(exc.status_code, body, headers)
 
 
 __all__ = ["answer", "error_body", "install", "of_vmsched_error", "policy_problems", "service_of"]

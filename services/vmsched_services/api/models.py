@@ -19,7 +19,7 @@ from vmsched.contracts import (
     VmSpec,
     WeightEntry,
 )
-from vmsched.contracts.base import Bool, Id, Int, Key, Name, PropertyValue, Text
+from vmsched.contracts.base import MAX_INT, Bool, Id, Int, Key, Name, PropertyValue, Text
 from vmsched.contracts.policies import MAX_PROPERTIES, MAX_UNITS, PolicyName, UnitRef
 from vmsched.errors import InvalidRequest
 
@@ -141,7 +141,7 @@ class CloneIn(Model):
 
 
 class RollbackIn(Model):
-    version: Int | None = Field(None, ge=1, description="The version to store again; null: the one before.")
+    version: Int | None = Field(None, ge=1, le=MAX_INT, description="The version to store again; null: the one before.")
 
 
 class UnitOut(Model):

@@ -72,7 +72,7 @@ async def schedule(
     cl: ClientsDep,
     cluster_id: ClusterParam,
     body: ScheduleIn,
-    timeout: Annotated[float | None, Query(gt=0, le=120, description="Seconds to wait for the decision.")] = None,
+    timeout: Annotated[float | None, Query(ge=0.1, le=120, description="Seconds to wait for the decision.")] = None,
 ) -> ScheduleDecision:
     with acting_for(who.name):
         return await cl.scheduler.schedule(

@@ -132,11 +132,32 @@ async def audit(
     limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_ROWS)] = 50,
     actor: Annotated[Actor | None, Query(description="Only this actor's rows.")] = None,
     action: Annotated[AuditAction | None, Query(description="Only this action (policy.updated, ...).")] = None,
-    since: Annotated[datetime | None, Query(description="Only rows at or after this (with a UTC offset).")] = None,
+    since: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            description="Only rows at or after this: ISO 8601 with a UTC offset.",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
 ) -> AuditListing:
-    if since is not None and since.tzinfo is None:
-        raise InvalidRequest("since needs a UTC offset (e.g. 2025-01-01T00:00:00Z)", location="query.since")
-    return await cl.policies.audit(limit=limit, actor=actor, action=action, since=since)
+    return await cl.policies.audit(limit=limit, actor=actor, action=action, since=_instant(since))
+
+
+def _instant(text: str | None) -> datetime | None:
+    """An ISO 8601 date-time with its UTC offset (pydantic would also take a number as one)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidRequest(
+            f"{text[:64]!r} is not an ISO 8601 date-time with a UTC offset (e.g. 2025-01-01T00:00:00Z)",
+            location="query.since",
+        )
+    return when
 
 
 __all__ = ["router"]
