@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -29,7 +30,7 @@ pytestmark = [pytest.mark.integration]
 
 TOKENS = {"viewer": "tv-secret", "operator": "to-secret", "admin": "ta-secret"}
 BOOK = TokenBook([TokenEntry(f"{role}-user", Role.parse(role), digest(t)) for role, t in TOKENS.items()])
-HOST = {"cpu_cores": 8, "physical_mem_mb": 8192, "mem_free_mb": 8192, "reserved_mem_mb": 0}
+HOST: dict[str, Any] = {"cpu_cores": 8, "physical_mem_mb": 8192, "mem_free_mb": 8192, "reserved_mem_mb": 0}
 
 
 def bearer(role: str) -> dict[str, str]:

@@ -20,6 +20,7 @@ import hypothesis
 import pytest
 import schemathesis
 import uvicorn
+from schemathesis import CheckFunction
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
@@ -119,7 +120,7 @@ def conforms_or_says_what_to_do(response: Any) -> None:
 #: API refuses more than its document can say (a policy or cluster that must exist, a property value
 #: its unit's regex refuses, JSON's 1.0 where the contracts take only integers), with 422 and where,
 #: which schemathesis's data-acceptance checks count as wrong. Conformance of every answer stays.
-EXCLUDED = [not_a_server_error, positive_data_acceptance, negative_data_rejection]
+EXCLUDED: list[CheckFunction] = [not_a_server_error, positive_data_acceptance, negative_data_rejection]
 
 
 @schema.parametrize()
@@ -129,7 +130,7 @@ EXCLUDED = [not_a_server_error, positive_data_acceptance, negative_data_rejectio
     suppress_health_check=list(hypothesis.HealthCheck),
     phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],
 )
-def test_the_api_conforms_to_its_document(case: schemathesis.Case, base_url: str) -> None:
+def test_the_api_conforms_to_its_document(case: schemathesis.Case[Any], base_url: str) -> None:
     response = case.call(base_url=base_url, headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30)
     conforms_or_says_what_to_do(response)
     case.validate_response(response, excluded_checks=EXCLUDED)

@@ -102,7 +102,7 @@ async def simulations(request: Request, body: SimulationIn, _: Operator, cl: Cli
         raise InvalidRequest("the same policy twice: name two different ones", location="body.policies")
     stored = (await cl.policies.read(list(body.policies))).policies
     documents = {p.document.name: p.document.model_dump(mode="json") for p in stored}
-    job = {
+    job: dict[str, object] = {
         "workload": {
             "hosts": body.hosts,
             "vms": body.vms,
