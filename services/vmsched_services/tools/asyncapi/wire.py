@@ -13,6 +13,7 @@ from vmsched.bus.codec import CONTENT_TYPE
 from vmsched.bus.dispatch import (
     HEADER_ATTEMPTS,
     HEADER_DEADLINE,
+    HEADER_ON_BEHALF_OF,
     HEADER_ORIGINAL_SIZE,
     HEADER_SENDER,
     HEADER_TRUNCATED,
@@ -72,6 +73,13 @@ TRAITS: dict[str, dict[str, Any]] = {
                     "Unix time in integer milliseconds after which the caller no longer waits: a service that "
                     "takes the request later dead-letters it unanswered. Optional; an integer, never a float "
                     "(AMQP tables may carry floats as 32-bit).",
+                    set_by="publisher",
+                ),
+                HEADER_ON_BEHALF_OF: _header(
+                    "string",
+                    "The person the sender asks for (the HTTP API: its token's name, at most 64 printable "
+                    'characters). policy-admin records its writes as "<sender> for <name>" only when the '
+                    "broker-vouched sender is named in VMSCHED_API_USERS; from anyone else it is ignored.",
                     set_by="publisher",
                 ),
                 HEADER_ATTEMPTS: _ATTEMPTS,
