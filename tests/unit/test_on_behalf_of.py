@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from vmsched import constants as c
 from vmsched.bus import MemoryBroker, MemoryBus, acting_for, on_behalf_of
-from vmsched.bus.dispatch import MESSAGE_ON_BEHALF_OF, MESSAGE_USER
+from vmsched.bus.behalf import MESSAGE_ON_BEHALF_OF
+from vmsched.bus.dispatch import MESSAGE_USER
 from vmsched.contracts import PolicyRef
 from vmsched.settings import Settings
 from vmsched_services.authz import actor

@@ -1,8 +1,9 @@
 """The message bus: one interface (Bus), a RabbitMQ implementation and an in-memory one."""
 
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
+from vmsched.bus.behalf import acting_for, on_behalf_of
 from vmsched.bus.codec import decode, encode
-from vmsched.bus.dispatch import acting_for, caller, on_behalf_of
+from vmsched.bus.dispatch import caller
 from vmsched.bus.memory import MemoryBroker, MemoryBus
 from vmsched.settings import Settings
 

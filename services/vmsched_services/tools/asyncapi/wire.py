@@ -9,11 +9,11 @@ from typing import Any
 
 from vmsched import constants as c
 from vmsched.bus.amqp import REPLY_TO
+from vmsched.bus.behalf import HEADER_ON_BEHALF_OF
 from vmsched.bus.codec import CONTENT_TYPE
 from vmsched.bus.dispatch import (
     HEADER_ATTEMPTS,
     HEADER_DEADLINE,
-    HEADER_ON_BEHALF_OF,
     HEADER_ORIGINAL_SIZE,
     HEADER_SENDER,
     HEADER_TRUNCATED,
@@ -77,10 +77,10 @@ TRAITS: dict[str, dict[str, Any]] = {
                 ),
                 HEADER_ON_BEHALF_OF: _header(
                     "string",
-                    "The person the sender asks for (the HTTP API: its token's name, at most 64 printable "
-                    'characters). policy-admin records its writes as "<sender> for <name>" only when the '
-                    "broker-vouched sender is named in VMSCHED_API_USERS; from anyone else it is ignored.",
-                    set_by="publisher",
+                    "Set by vmsched's api service on its requests: the person it asks for (its token's name, "
+                    'at most 64 printable characters). policy-admin records its writes as "<sender> for <name>" '
+                    "only when the broker-vouched sender is named in VMSCHED_API_USERS; from anyone else it is "
+                    "ignored.",
                 ),
                 HEADER_ATTEMPTS: _ATTEMPTS,
                 HEADER_SENDER: _SENDER,
