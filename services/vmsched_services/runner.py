@@ -13,12 +13,12 @@ from vmsched.health import Health
 from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import set_cluster_label_limit
-from vmsched.runtime import DEGRADING_CHECKS, Runtime
+from vmsched.runtime import DEGRADING_CHECKS, BusRuntime, Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.catalogues import UnitCatalogues, announce_units, units_of
 from vmsched.tracing import Tracing
-from vmsched_services import SERVICES
+from vmsched_services import BUS_ONLY, SERVICES
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
@@ -50,8 +50,6 @@ async def run(
     configure(settings.log_level, settings.log_format, service=label)
     set_cluster_label_limit(settings.metrics_cluster_labels)
     health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s, host=settings.metrics_host)
-    # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
-    units = units_of(REGISTRY.load(settings))
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if health is not None:
@@ -61,7 +59,15 @@ async def run(
             loop.add_signal_handler(sig, stop.set)
     # Before the bus connects: the instrumentation follows consumers registered after it is on.
     with traced(settings, label, span_exporter):
-        rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
+        given = bus(settings, label) if bus is not None else None
+        if set(names) <= BUS_ONLY:
+            # Nothing here reads Redis or PostgreSQL: the bus alone, and no consumer gating on them.
+            brt = await BusRuntime.open(settings, service=label, bus=given)
+            await _serve_bus_only(brt, names, stop, ready, health)
+            return
+        # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
+        units = units_of(REGISTRY.load(settings))
+        rt = await Runtime.open(settings, service=label, bus=given)
         await _serve(rt, names, units, stop, ready, health, loop)
 
 
@@ -98,11 +104,36 @@ async def _serve(
         if health is not None:
             health.stopping()
         await rt.close()
-        # Python's own handlers again: a process that goes on after the services (a test, a
-        # command that ran them in-process) must not have its Ctrl-C go to a finished run.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
+        _restore_signals(loop)
+
+
+async def _serve_bus_only(
+    rt: BusRuntime, names: Sequence[str], stop: asyncio.Event, ready: asyncio.Event | None, health: Health | None
+) -> None:
+    """Run bus-only services (BUS_ONLY) on `rt` until `stop` is set."""
+    try:
+        for name in names:
+            await SERVICES[name](rt)
+            log.info("service started", name=name)
+        if health is not None:
+            health.ready(rt.readiness_checks())
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("stopping", services=list(names))
+    finally:
+        if health is not None:
+            health.stopping()
+        await rt.close()
+        _restore_signals(asyncio.get_running_loop())
+
+
+def _restore_signals(loop: asyncio.AbstractEventLoop) -> None:
+    # Python's own handlers again: a process that goes on after the services (a test, a
+    # command that ran them in-process) must not have its Ctrl-C go to a finished run.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)
 
 
 @contextlib.contextmanager

@@ -42,7 +42,7 @@ from vmsched.db import connect as connect_pg
 from vmsched.settings import Settings
 from vmsched.store import Keys
 from vmsched.store.redis import connect
-from vmsched_services import SERVICES
+from vmsched_services import BUS_ONLY, SERVICES
 from vmsched_services.runner import run
 from vmsched_services.tools.stats import percentile
 
@@ -264,7 +264,9 @@ async def _start_services(settings: Settings, stop: asyncio.Event) -> asyncio.Ta
             "ha_interval_s": 1.0,
         }
     )
-    services = asyncio.create_task(run(list(SERVICES), quiet, stop=stop, ready=ready))
+    # Not the api: the demo talks over the bus, and a port of its own could clash with a running api.
+    names = [n for n in SERVICES if n not in BUS_ONLY]
+    services = asyncio.create_task(run(names, quiet, stop=stop, ready=ready))
     waiter = asyncio.create_task(ready.wait())
     await asyncio.wait({services, waiter}, return_when=asyncio.FIRST_COMPLETED)
     if services.done():

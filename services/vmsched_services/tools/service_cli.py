@@ -26,7 +26,13 @@ def cmd_up(args: argparse.Namespace) -> int:
     # Development: one process, one user with every right; that user administers too, so the
     # `vmsched` commands run as it (guest on a local broker) can change policies.
     own = cfg.amqp_user or "guest"  # aio-pika's user when the URL names none
-    cfg = cfg.model_copy(update={"admin_users": ",".join(filter(None, (cfg.admin_users, own)))})
+    # It is the api's user too, so the api's writes are audited for its tokens' names.
+    cfg = cfg.model_copy(
+        update={
+            "admin_users": ",".join(filter(None, (cfg.admin_users, own))),
+            "api_users": ",".join(filter(None, (cfg.api_users, own))),
+        }
+    )
     asyncio.run(run(list(SERVICES), cfg))
     return EXIT_OK
 

@@ -1,6 +1,7 @@
 """The message bus: one interface (Bus), a RabbitMQ implementation and an in-memory one."""
 
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
+from vmsched.bus.behalf import acting_for, on_behalf_of
 from vmsched.bus.codec import decode, encode
 from vmsched.bus.dispatch import caller
 from vmsched.bus.memory import MemoryBroker, MemoryBus
@@ -21,8 +22,10 @@ __all__ = [
     "MemoryBus",
     "RequeueResult",
     "Subscription",
+    "acting_for",
     "caller",
     "connect",
     "decode",
     "encode",
+    "on_behalf_of",
 ]

@@ -40,6 +40,7 @@ from typing import Any
 import structlog
 
 from vmsched import constants as c
+from vmsched.bus.behalf import MESSAGE_ON_BEHALF_OF, named_in
 from vmsched.bus.codec import decode, decode_any, encode, error_reply, safe_text, type_name
 from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import InvalidRequest, ServerUnavailable, VmschedError
@@ -263,6 +264,7 @@ class Dispatcher:
             given = deadline / 1000 if isinstance(deadline, int) and not isinstance(deadline, bool) else None
             with structlog.contextvars.bound_contextvars(queue=delivery.queue, request_id=str(request_id)):
                 held, sender = MESSAGE_DEADLINE.set(given), MESSAGE_USER.set(delivery.user_id)
+                behalf = MESSAGE_ON_BEHALF_OF.set(named_in(delivery.headers))
                 try:
                     reply = await handler(request)
                     if not isinstance(reply, Message):
@@ -273,6 +275,7 @@ class Dispatcher:
                 finally:
                     MESSAGE_DEADLINE.reset(held)
                     MESSAGE_USER.reset(sender)
+                    MESSAGE_ON_BEHALF_OF.reset(behalf)
         except Exception as exc:
             # Only a hostile exception (one whose text cannot be read) gets here.
             return self._internal(delivery, exc, "request could not be handled")

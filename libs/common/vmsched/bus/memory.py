@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 from vmsched import constants as c
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
+from vmsched.bus.behalf import behalf_headers
 from vmsched.bus.codec import decode, encode, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, Delivery, Dispatcher, Transport
 from vmsched.contracts import ErrorReply, Message
@@ -292,7 +293,7 @@ class MemoryBus(Bus):
     async def call(self, route: str, request: Message, reply_type: type[Rep], *, timeout: float | None = None) -> Rep:
         self._check_open()
         timeout = timeout or self.settings.rpc_timeout_s
-        headers: dict[str, Any] = {HEADER_DEADLINE: int((time.time() + timeout) * 1000)}
+        headers: dict[str, Any] = {HEADER_DEADLINE: int((time.time() + timeout) * 1000), **behalf_headers()}
         inject(headers)  # the trace goes with the request, as the AMQP instrumentation sends it
         body, is_error = await self.broker.request(
             route,

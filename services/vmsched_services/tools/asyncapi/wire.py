@@ -9,6 +9,7 @@ from typing import Any
 
 from vmsched import constants as c
 from vmsched.bus.amqp import REPLY_TO
+from vmsched.bus.behalf import HEADER_ON_BEHALF_OF
 from vmsched.bus.codec import CONTENT_TYPE
 from vmsched.bus.dispatch import (
     HEADER_ATTEMPTS,
@@ -73,6 +74,13 @@ TRAITS: dict[str, dict[str, Any]] = {
                     "takes the request later dead-letters it unanswered. Optional; an integer, never a float "
                     "(AMQP tables may carry floats as 32-bit).",
                     set_by="publisher",
+                ),
+                HEADER_ON_BEHALF_OF: _header(
+                    "string",
+                    "Set by vmsched's api service on its requests: the person it asks for (its token's name, "
+                    'at most 64 printable characters). policy-admin records its writes as "<sender> for <name>" '
+                    "only when the broker-vouched sender is named in VMSCHED_API_USERS; from anyone else it is "
+                    "ignored.",
                 ),
                 HEADER_ATTEMPTS: _ATTEMPTS,
                 HEADER_SENDER: _SENDER,

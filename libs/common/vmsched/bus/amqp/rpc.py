@@ -37,6 +37,7 @@ from vmsched import constants as c
 from vmsched.bus.amqp.connection import BROKER_ERRORS, BrokerLink
 from vmsched.bus.amqp.consumers import AmqpTransport, Consumer, consumer_channel, delivery_of
 from vmsched.bus.base import Subscription
+from vmsched.bus.behalf import behalf_headers
 from vmsched.bus.codec import CONTENT_TYPE, decode, encode, type_name
 from vmsched.bus.dispatch import HEADER_DEADLINE, Dispatcher
 from vmsched.contracts import ErrorReply, Message
@@ -195,7 +196,7 @@ class RpcClient:
             reply_to=REPLY_TO,
             expiration=remaining,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
-            headers={HEADER_DEADLINE: int((time.time() + remaining) * 1000)},
+            headers={HEADER_DEADLINE: int((time.time() + remaining) * 1000), **behalf_headers()},
             user_id=self.link.user_id,
         )
         try:
