@@ -24,7 +24,7 @@ from vmsched_services.tools.security.redis_acl import (
     permissions,
     users,
 )
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, SERVICE_ROLES, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, SERVICE_ROLES, user_name
 
 PASSWORDS = {role: f"secret-{role}" for role in REDIS_ROLES}
 #: Commands no role may have: they empty, reconfigure, watch or stop the server, or list every key.
@@ -75,11 +75,14 @@ def matches(pattern: str, key: str) -> bool:
     return fnmatch.fnmatchcase(key, pattern.replace("[", "[[]"))
 
 
-def test_every_role_but_the_engine_has_a_user() -> None:
+def test_every_role_but_the_engine_and_the_api_has_a_user() -> None:
     assert set(REDIS_ROLES) == {*SERVICE_ROLES, ADMIN}
     assert ENGINE not in REDIS_ROLES
+    assert API not in REDIS_ROLES
     with pytest.raises(ValueError, match="the engine has no Redis user"):
         permissions(ENGINE)
+    with pytest.raises(ValueError, match="the api has no Redis user"):
+        permissions(API)
     with pytest.raises(ValueError, match="unknown role 'nobody'"):
         permissions("nobody")
 
@@ -126,7 +129,8 @@ def test_who_may_write_what() -> None:
     assert writers(k.state_version(cluster)) == writers(k.state_hosts(cluster)) == {"state-tracker"}
     assert writers(k.clusters()) == {"state-tracker"}
     assert writers(k.decision(cluster, "r1")) == {"selector"}
-    assert writers(k.decision_history(cluster)) == {"selector", ADMIN}
+    # The history's reader drops expired ids from it: the CLI's `decisions` and `decisions.recent`.
+    assert writers(k.decision_history(cluster)) == {"selector", "state-tracker", ADMIN}
     assert writers(k.lease(LEASE_BALANCER, cluster)) == {"balancer"}
     assert writers(k.lease(LEASE_HA_MONITOR, cluster)) == {"ha-monitor"}
     assert writers(k.cooldown(cluster, "vm")) == {"balancer"}
@@ -137,7 +141,7 @@ def test_who_may_write_what() -> None:
     for worker in ("filter-worker", "weigher"):
         assert worker not in readers(k.pending(cluster)) | readers(k.lock(cluster)) | readers(k.decision(cluster, "r"))
     assert readers(k.unit_catalogue("weigher", "i1")) == {"weigher", "policy-admin"}
-    assert readers(k.decision(cluster, "r1")) == {"selector", ADMIN}
+    assert readers(k.decision(cluster, "r1")) == {"selector", "state-tracker", ADMIN}
 
 
 def test_every_key_vmsched_writes_has_a_writer() -> None:
@@ -212,6 +216,6 @@ def test_the_aclfile_switches_the_default_user_off_unless_told_not_to() -> None:
 def test_the_table_has_a_row_per_role_and_escapes_pipes() -> None:
     table = access_table()
     rows = table.splitlines()[2:]
-    assert [r.split("|")[1].split()[0] for r in rows] == [*REDIS_ROLES, ENGINE]
+    assert [r.split("|")[1].split()[0] for r in rows] == [*REDIS_ROLES, ENGINE, API]
     assert "`info\\|server`" in table
     assert all(r.count("|") - r.count("\\|") == 5 for r in rows)

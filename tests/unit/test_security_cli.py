@@ -45,7 +45,7 @@ def test_definitions_hold_no_clear_password(capsys: pytest.CaptureFixture[str], 
         assert not [s for s in secrets if s in printed], server
     assert not [s for s in secrets if s in out]
     users = {u["name"] for u in json.loads((d / "rabbitmq" / "definitions.json").read_text())["users"]}
-    assert {"vmsched-engine", "vmsched-selector", "vmsched-admin", "vmsched-ops"} <= users
+    assert {"vmsched-engine", "vmsched-selector", "vmsched-admin", "vmsched-api", "vmsched-ops"} <= users
 
 
 def test_each_role_gets_the_urls_of_the_servers_it_uses(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
@@ -56,6 +56,9 @@ def test_each_role_gets_the_urls_of_the_servers_it_uses(capsys: pytest.CaptureFi
     assert selector_amqp == f"amqp://vmsched-selector:{creds.of('amqp')['selector']}@rabbitmq:5672/%2F"
     assert (d / "selector" / "postgres_url").read_text().startswith("postgresql://vmsched_selector:")
     assert not (d / "engine" / "redis_url").exists(), "the engine talks to the bus only"
+    assert (d / "api" / "amqp_url").read_text().startswith("amqp://vmsched-api:")
+    assert not (d / "api" / "redis_url").exists(), "the api talks to the bus only"
+    assert not (d / "api" / "postgres_url").exists(), "the api talks to the bus only"
     assert "VMSCHED_AMQP_EVENTS_QUEUE=vmsched.engine.events" in (d / "engine" / "env").read_text()
     assert (d / OPS / "postgres_url").read_text().startswith("postgresql://postgres:")
 

@@ -11,15 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
 
 from vmsched import constants as c
 from vmsched.bus import Bus, Subscription, connect
 from vmsched.contracts import (
+    ClusterListing,
+    ClusterQuery,
     ClusterReport,
     ClusterState,
+    DecisionListing,
+    DecisionQuery,
+    DecisionRef,
     HaAlert,
     HaCheckRequest,
     HaRecovered,
@@ -28,6 +33,7 @@ from vmsched.contracts import (
     Message,
     MigrationDecision,
     PolicyChanged,
+    PolicyDocument,
     PowerAction,
     Removal,
     RemoveCluster,
@@ -40,8 +46,10 @@ from vmsched.contracts import (
     StateRequest,
     VmReport,
     VmSpec,
+    WhatIfReply,
+    WhatIfRequest,
 )
-from vmsched.errors import RemoteError
+from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.settings import Settings
 
 
@@ -112,6 +120,57 @@ class SchedulerClient(BusClient):
 
     async def send(self, request: ScheduleRequest, *, timeout: float | None = None) -> ScheduleDecision:
         return await self.bus.call(c.RPC_SCHEDULE, request, ScheduleDecision, timeout=timeout)
+
+    async def what_if(
+        self,
+        cluster_id: str,
+        vm: VmSpec | dict[str, Any],
+        *,
+        policy: str | None = None,
+        policy_inline: PolicyDocument | dict[str, Any] | None = None,
+        properties: Mapping[str, str] | None = None,
+        kind: RequestKind = RequestKind.RUN,
+        timeout: float | None = None,
+    ) -> WhatIfReply:
+        """Where `vm` would be placed now, and why, host by host (every host's filter verdict, every
+        weight unit's score), under the cluster's policy, the stored policy `policy` or the policy
+        document `policy_inline`, with `properties` overriding the policy's. Nothing is locked,
+        recorded, stored or published. RemoteError unknown_cluster, policy_not_found, invalid_policy."""
+        request = WhatIfRequest(
+            cluster_id=cluster_id,
+            vm=vm if isinstance(vm, VmSpec) else VmSpec.model_validate(vm),
+            kind=kind,
+            policy=policy,
+            policy_inline=(
+                policy_inline
+                if policy_inline is None or isinstance(policy_inline, PolicyDocument)
+                else PolicyDocument.model_validate(policy_inline)
+            ),
+            properties=dict(properties or {}),
+        )
+        return await self.bus.call(c.RPC_WHATIF, request, WhatIfReply, timeout=timeout)
+
+    async def clusters(self, *, timeout: float | None = None) -> ClusterListing:
+        """Every cluster with state: its host and VM counts, state version and policy."""
+        return await self.bus.call(c.RPC_CLUSTERS_LIST, ClusterQuery(), ClusterListing, timeout=timeout)
+
+    async def recent_decisions(
+        self, cluster_id: str, limit: int = 50, *, timeout: float | None = None
+    ) -> DecisionListing:
+        """The cluster's latest stored decisions, newest first (at most `limit`, 1 to 1000)."""
+        query = DecisionQuery(cluster_id=cluster_id, limit=limit)
+        return await self.bus.call(c.RPC_DECISIONS_RECENT, query, DecisionListing, timeout=timeout)
+
+    async def decision(
+        self, cluster_id: str, request_id: uuid.UUID | str, *, timeout: float | None = None
+    ) -> ScheduleDecision:
+        """The stored decision on `request_id`, with its explanation (RemoteError decision_not_found)."""
+        try:
+            rid = request_id if isinstance(request_id, uuid.UUID) else uuid.UUID(request_id)
+        except ValueError:
+            raise InvalidRequest(f"not a request id (a UUID): {str(request_id)[:100]!r}", location="request_id") from None
+        ref = DecisionRef(cluster_id=cluster_id, request_id=rid)
+        return await self.bus.call(c.RPC_DECISIONS_GET, ref, ScheduleDecision, timeout=timeout)
 
     async def decisions(self, cluster_id: str = "*", *, maxsize: int = 10_000) -> AsyncIterator[ScheduleDecision]:
         """Every decision for `cluster_id` ("*" for all clusters) from now on."""

@@ -19,7 +19,7 @@ UNIT_ENTRY_POINT_GROUP: Final = "vmsched.units"
 # Calls go to three direct exchanges, one per audience, because RabbitMQ grants write permission
 # per exchange (not per routing key on a direct exchange): an engine may write to RPC_EXCHANGE only,
 # services to INTERNAL_EXCHANGE too, administrators to ADMIN_EXCHANGE (see RPC_ROUTE_EXCHANGES).
-#: Direct exchange for the engine's calls (schedule, state, ha-check).
+#: Direct exchange for the engine's calls (schedule, state, ha-check, whatif, clusters.list, decisions.*).
 RPC_EXCHANGE: Final = "vmsched.rpc"
 #: Direct exchange for the services' calls to each other (place, filter, weigh).
 INTERNAL_EXCHANGE: Final = "vmsched.internal"
@@ -54,6 +54,13 @@ RPC_CLUSTERS_REMOVE: Final = "clusters.remove"
 RPC_HOSTS_REMOVE: Final = "hosts.remove"
 RPC_DEAD_LETTERS_REQUEUE: Final = "dead-letters.requeue"
 RPC_AUDIT: Final = "audit.read"
+#: Reads for an engine, an integrator or the HTTP API: the clusters with state, the stored decisions
+#: (served by the state tracker, which has the state and the decisions in Redis) and what-if
+#: placements (served by the selector: the schedule path without the lock, pending, store or event).
+RPC_CLUSTERS_LIST: Final = "clusters.list"
+RPC_DECISIONS_RECENT: Final = "decisions.recent"
+RPC_DECISIONS_GET: Final = "decisions.get"
+RPC_WHATIF: Final = "whatif"
 
 #: Queue consumed by each RPC service; the routing key binds the queue on RPC_EXCHANGE.
 RPC_QUEUES: Final[dict[str, str]] = {
@@ -75,7 +82,15 @@ RPC_QUEUES: Final[dict[str, str]] = {
     RPC_HOSTS_REMOVE: "vmsched.policy-admin.hosts-remove",
     RPC_DEAD_LETTERS_REQUEUE: "vmsched.policy-admin.dead-letters-requeue",
     RPC_AUDIT: "vmsched.policy-admin.audit",
+    RPC_CLUSTERS_LIST: "vmsched.state-tracker.clusters",
+    RPC_DECISIONS_RECENT: "vmsched.state-tracker.decisions-recent",
+    RPC_DECISIONS_GET: "vmsched.state-tracker.decisions-get",
+    RPC_WHATIF: "vmsched.selector.whatif",
 }
+
+#: Routes under an administrative prefix that are reads anyone who may call the engine's routes may
+#: make: they go to RPC_EXCHANGE (clusters.list lists; clusters.remove removes).
+ENGINE_READS: Final = frozenset({RPC_CLUSTERS_LIST})
 
 #: The exchange each route's requests are published to (RPC_EXCHANGE for a route not named here).
 RPC_ROUTE_EXCHANGES: Final[dict[str, str]] = {
@@ -86,6 +101,7 @@ RPC_ROUTE_EXCHANGES: Final[dict[str, str]] = {
         route: ADMIN_EXCHANGE
         for route in RPC_QUEUES
         if route.startswith(("policy.", "units.", "clusters.", "hosts.", "dead-letters.", "audit."))
+        and route not in ENGINE_READS
     },
 }
 

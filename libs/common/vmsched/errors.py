@@ -2,7 +2,8 @@
 
     VmschedError
     ├── InvalidRequest
-    │   └── InvalidQuery          (also a ValueError)
+    │   ├── InvalidQuery          (also a ValueError)
+    │   └── DecisionNotFound
     ├── SchedulingError           (it becomes a decision with status error)
     │   ├── UnknownCluster
     │   ├── UnknownPolicyUnit
@@ -99,6 +100,16 @@ class InvalidQuery(InvalidRequest, ValueError):
 
     code = "invalid_query"
     meaning = "a Nova JsonFilter query the grammar cannot evaluate"
+
+
+class DecisionNotFound(InvalidRequest):
+    """RPC `decisions.get` for a request id with no stored decision."""
+
+    code = "decision_not_found"
+    meaning = (
+        "no decision is stored for that request id: it was never decided, was not stored (errors and expired "
+        "requests are not), or is older than VMSCHED_DECISION_TTL_S"
+    )
 
 
 class SchedulingError(VmschedError):
@@ -400,6 +411,7 @@ __all__ = [
     "DatabaseMissing",
     "DatabaseUnavailable",
     "DecisionLost",
+    "DecisionNotFound",
     "FencedOut",
     "GenerationLost",
     "InjectionError",

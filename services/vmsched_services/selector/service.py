@@ -1,4 +1,5 @@
-"""selector: serves schedule requests end to end (RPC `schedule`).
+"""selector: serves schedule requests end to end (RPC `schedule`), and what-ifs (RPC `whatif`:
+the same placement without the lock, pending records, store or event; selector.whatif).
 
 Thin by design: decode, hand the request to the request lifecycle (vmsched.lifecycle: replay,
 group commit under the cluster lock, placement in the filter-workers, the fenced commit, events),
@@ -12,11 +13,12 @@ from __future__ import annotations
 import structlog
 
 from vmsched import constants as c
-from vmsched.contracts import ScheduleDecision, ScheduleRequest
+from vmsched.contracts import ScheduleDecision, ScheduleRequest, WhatIfRequest
 from vmsched.lifecycle import Lifecycle
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched_services.selector.metrics import SelectorMetrics
+from vmsched_services.selector.whatif import WhatIfs
 
 
 class Selector:
@@ -34,6 +36,7 @@ class Selector:
             timer=self.metrics,
             recover=rt.recovery,
         )
+        self.what_ifs = WhatIfs(rt, self.policies)
 
     async def handle(self, req: ScheduleRequest) -> ScheduleDecision:
         # Every line logged while deciding names the request and its cluster.
@@ -47,5 +50,7 @@ class Selector:
 async def start(rt: Runtime) -> Selector:
     selector = Selector(rt)
     await selector.policies.subscribe()
+    await rt.bus.serve(c.RPC_WHATIF, WhatIfRequest, selector.what_ifs.handle)
+    # Last: its consumer is what shows the selector is up (vmsched_services.tools.procs.READY_ROUTE).
     await rt.bus.serve(c.RPC_SCHEDULE, ScheduleRequest, selector.handle)
     return selector

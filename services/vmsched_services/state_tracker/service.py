@@ -4,8 +4,9 @@ one active consumer at a time, constants.SINGLE_ACTIVE_QUEUES; the others stand 
 Consumes the engine's reports (state.cluster.*, state.host.*, state.vm.*) and removals
 (state.host-removed.*, state.cluster-removed.*) from a durable queue, keeps every cluster versioned
 in Redis (vmsched.store.StateWriter), clears a VM's pending record once the VM is reported running
-(or failed, or down), and answers state requests (RPC `state`). A removed cluster's pending records
-and HA status go with its state.
+(or failed, or down), and answers state requests (RPC `state`) and the reads of callers without
+Redis (RPCs `clusters.list`, `decisions.recent`, `decisions.get`: state_tracker.reads). A removed
+cluster's pending records and HA status go with its state.
 Removals are taken only from an administrator (VMSCHED_ADMIN_USERS) or the policy-admin service
 (VMSCHED_POLICY_ADMIN_USER), which publishes them on an administrator's authorized request: from
 any other sender, as the broker vouches for it (AMQP user_id), they are refused (NotAuthorized) and
@@ -21,9 +22,12 @@ from datetime import UTC, datetime
 
 from vmsched import constants as c
 from vmsched.contracts import (
+    ClusterQuery,
     ClusterRemoved,
     ClusterReport,
     ClusterState,
+    DecisionQuery,
+    DecisionRef,
     HostRemoved,
     HostReport,
     Message,
@@ -40,6 +44,7 @@ from vmsched.store import PendingStore, StateWriter
 from vmsched.store.memories import FailedHosts, HaStatus
 from vmsched_services.authz import require_one_of
 from vmsched_services.state_tracker.gauges import HostGauges, Refresher
+from vmsched_services.state_tracker.reads import Reads
 
 log = get_logger("vmsched.state_tracker")
 
@@ -152,6 +157,11 @@ async def start(rt: Runtime) -> None:
         tracker.on_report,
         queue=c.STATE_EVENTS_QUEUE,
     )
+    reads = Reads(rt)
+    await rt.bus.serve(c.RPC_CLUSTERS_LIST, ClusterQuery, reads.clusters)
+    await rt.bus.serve(c.RPC_DECISIONS_RECENT, DecisionQuery, reads.recent)
+    await rt.bus.serve(c.RPC_DECISIONS_GET, DecisionRef, reads.get)
+    # Last: its consumer is what shows the tracker is up (vmsched_services.tools.procs.READY_ROUTE).
     await rt.bus.serve(c.RPC_STATE, StateRequest, tracker.handle_state)
     if rt.settings.metrics_port:
         rt.spawn(Refresher(rt, tracker.writer).run(), name="gauges")

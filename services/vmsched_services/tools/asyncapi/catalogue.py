@@ -38,6 +38,15 @@ from vmsched.contracts.policies import (
     UnitListing,
     UnitQuery,
 )
+from vmsched.contracts.reads import (
+    ClusterListing,
+    ClusterQuery,
+    DecisionListing,
+    DecisionQuery,
+    DecisionRef,
+    WhatIfReply,
+    WhatIfRequest,
+)
 from vmsched.contracts.resync import ResyncComplete, ResyncRequested
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
 from vmsched.contracts.state import ClusterRemoved, ClusterReport, ClusterState, HostRemoved, HostReport, VmReport
@@ -157,6 +166,39 @@ RPCS: list[tuple[str, str, type[Message], type[Message], str, str]] = [
         HaReport,
         "ha-monitor",
         "Run the HA reservation check for a cluster now.",
+    ),
+    (
+        "whatif",
+        c.RPC_WHATIF,
+        WhatIfRequest,
+        WhatIfReply,
+        "selector",
+        "Where would this VM go now, and why, host by host? The schedule path under the cluster's, a stored or an "
+        "inline policy, without the lock, a pending record, a stored decision or an event.",
+    ),
+    (
+        "clustersList",
+        c.RPC_CLUSTERS_LIST,
+        ClusterQuery,
+        ClusterListing,
+        "state-tracker",
+        "Every cluster with state: host and VM counts, state version, policy.",
+    ),
+    (
+        "decisionsRecent",
+        c.RPC_DECISIONS_RECENT,
+        DecisionQuery,
+        DecisionListing,
+        "state-tracker",
+        "A cluster's latest stored decisions, newest first.",
+    ),
+    (
+        "decisionsGet",
+        c.RPC_DECISIONS_GET,
+        DecisionRef,
+        ScheduleDecision,
+        "state-tracker",
+        "One stored decision by its request id, with its explanation (decision_not_found if none).",
     ),
 ]
 

@@ -7,12 +7,13 @@ from typing import Any
 
 from vmsched.settings import Settings
 from vmsched_services.tools.security.rabbit_defs import grants
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, user_name
 
 #: What each role is for, in a line.
 PURPOSE = {
     ENGINE: "the engine: publishes state reports and schedule requests, reads decisions and alerts",
     ADMIN: "people administering: policies, removals, requeueing dead letters, reading the dead letters",
+    API: "the HTTP API: calls the engine's and the administrators' routes for its users, streams them events",
 }
 
 

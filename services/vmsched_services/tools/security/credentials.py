@@ -27,7 +27,7 @@ from urllib.parse import quote
 from vmsched import constants as c
 from vmsched.settings import Settings
 from vmsched_services.tools.security import postgres_roles, rabbit_defs, redis_acl
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, ROLES, SERVICE_ROLES, pg_role_name, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, ROLES, SERVICE_ROLES, pg_role_name, user_name
 
 #: The operator's user on RabbitMQ and Redis.
 OPS_USER = "vmsched-ops"
@@ -38,6 +38,8 @@ SERVERS: dict[str, tuple[str, ...]] = {
     ENGINE: ("amqp",),
     # Some operator commands read Redis directly (decisions, explain, clusters list).
     ADMIN: ("amqp", "redis"),
+    # The HTTP API holds no state: it talks to the bus only.
+    API: ("amqp",),
 }
 #: The operator: not a part of vmsched but whoever administers its servers (see the module docstring).
 OPS = "ops"

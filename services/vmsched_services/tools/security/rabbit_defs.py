@@ -31,12 +31,14 @@ from urllib.parse import unquote, urlsplit
 from vmsched import constants as c
 from vmsched.bus.amqp.connection import dead_letter_queue_arguments, work_queue_arguments
 from vmsched.settings import Settings
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, ROLES, SERVICE_ROLES, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, ROLES, SERVICE_ROLES, user_name
 
 #: RabbitMQ's default password hashing (rabbit_password_hashing_sha256).
 HASHING = "rabbit_password_hashing_sha256"
 #: Routing keys the engine may publish on the events exchange: its state reports and resync answers.
 ENGINE_PUBLISHES = (c.HOST_REPORT_PREFIX, c.VM_REPORT_PREFIX, c.CLUSTER_REPORT_PREFIX, c.RESYNC_COMPLETE_PREFIX)
+#: Routing keys of the events the HTTP API streams to its users (it binds its own queues to them).
+API_FOLLOWS = (c.DECISION_PREFIX, c.MIGRATION_PREFIX, c.POWER_PREFIX, c.HA_ALERT_PREFIX, c.HA_RECOVERED_PREFIX)
 #: Routing keys each service kind publishes on the events exchange (every service may also ask for a
 #: resync: whoever finds that Redis forgot a cluster does).
 SERVICE_PUBLISHES: dict[str, tuple[str, ...]] = {
@@ -116,6 +118,16 @@ def grants(settings: Settings) -> dict[str, Grant]:
             topics={n(c.EVENTS_EXCHANGE): ("^$", "^$")},
         ),
     }
+    # The HTTP API calls the engine's routes and the administrators' (policy-admin authorizes each
+    # administrative call by the broker-vouched user), gets its replies by direct reply-to (no
+    # default exchange), and makes its own queues, bound to the events it streams, publishing none.
+    api_queues = re.escape(n(c.own_queue(API, ""))) + "[0-9a-f]+"
+    out[API] = Grant(
+        configure=f"^{api_queues}$",
+        write=n.exact([c.RPC_EXCHANGE, c.ADMIN_EXCHANGE], raw=[api_queues]),
+        read=n.exact([c.EVENTS_EXCHANGE], raw=[api_queues]),
+        topics={n(c.EVENTS_EXCHANGE): ("^$", _keys(API_FOLLOWS))},
+    )
     for role in SERVICE_ROLES:
         own_queues = re.escape(n(c.own_queue(role, ""))) + "[0-9a-f]+"
         served = [q for route, q in c.RPC_QUEUES.items() if _server_of(route) == role]

@@ -66,12 +66,13 @@ from vmsched.constants import (
     LEASE_HA_MONITOR,
 )
 from vmsched.store.keys import UNITS_TAG, Keys
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, SERVICE_ROLES, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, SERVICE_ROLES, user_name
 
 #: The roles with a Redis user: every service kind and the administrators (the engine has none).
 REDIS_ROLES: Final = (*SERVICE_ROLES, ADMIN)
-#: Roles that must have no Redis user: `apply` deletes theirs if one was made before.
-NO_REDIS_ROLES: Final = (ENGINE,)
+#: Roles that must have no Redis user: `apply` deletes theirs if one was made before (the HTTP API
+#: reads through the services' RPCs).
+NO_REDIS_ROLES: Final = (ENGINE, API)
 
 # ---------------------------------------------------------------- keys (suffixes after "<prefix>:")
 _CLUSTER = "*"  # any cluster's hash tag (and, for per-VM keys, the VM after it)
@@ -187,15 +188,18 @@ ACCESS: Final[Mapping[str, Access]] = {
         ("smembers", "hgetall", "hget", "hdel", "incr"),
     ),
     # StateWriter (the state, the clusters set, the generation after a loss, the resync flag),
-    # pending records cleared and forgotten, failed hosts, a removed cluster's HA status, the gauges.
+    # pending records cleared and forgotten, failed hosts, a removed cluster's HA status, the gauges;
+    # the stored decisions for `decisions.recent` and `decisions.get` (the history's script drops
+    # expired ids from it, as the CLI's `decisions` does).
     "state-tracker": _service(
         "state-tracker",
-        [*_STATE_ALL, CLUSTERS, GENERATION, RESYNC, PENDING, PENDING_VERSION, TRIED, HA_STATE],
-        [],
+        [*_STATE_ALL, CLUSTERS, GENERATION, RESYNC, PENDING, PENDING_VERSION, TRIED, HA_STATE, DECISION_HISTORY],
+        [DECISION],
         _GENERATION,
         # INCRBY: redis-py's incr() sends INCRBY key 1 (PendingStore.forget); the scripts send INCR.
         ("hgetall", "hset", "hdel", "hget", "hlen", "hvals", "incr", "incrby", "xadd", "xrevrange", "sadd", "srem"),
         ("smembers",),
+        ("type", "hmget", "zrevrange", "zrem"),
     ),
     # The units every running instance announced (UnitCatalogues.instances), before accepting policies.
     "policy-admin": _service("policy-admin", [], [ALL_UNITS], ("zrange", "mget")),
@@ -343,7 +347,7 @@ def access_table(prefix: str = "vmsched") -> str:
         # A `|` in a table cell ends the cell, even between backticks, unless escaped.
         commands = " ".join(f"`{c}`".replace("|", "\\|") for c in a.commands)
         rows.append(f"| {role} (`{user_name(role)}`) | {rw} | {ro} | {commands} |")
-    rows.append(f"| {ENGINE} | no Redis user | | |")
+    rows += [f"| {role} | no Redis user | | |" for role in NO_REDIS_ROLES]
     return "\n".join(rows) + "\n"
 
 

@@ -22,7 +22,10 @@ SERVICE_ROLES: Final = (
 #: The engine (publishes state and schedule requests, reads decisions) and people administering.
 ENGINE: Final = "engine"
 ADMIN: Final = "admin"
-ROLES: Final = (*SERVICE_ROLES, ENGINE, ADMIN)
+#: The HTTP API service: no state of its own, no Redis or PostgreSQL user; it calls the engine's and
+#: the administrators' routes for its users and follows the events it streams to them.
+API: Final = "api"
+ROLES: Final = (*SERVICE_ROLES, ENGINE, ADMIN, API)
 
 
 def user_name(role: str) -> str:
