@@ -38,6 +38,13 @@
       rows.push({ host: f.host_id, kind: "filtered", rank: null, verdict: "filtered by " + f.filter + ": " + f.reason, filter: f.filter, reason: f.reason, raw: [], points: [], total: null });
       seen.add(f.host_id);
     }
+    // A what-if lists every host of the cluster: those that were no candidate (down, not reported) too.
+    for (const h of d.hosts || []) {
+      if (seen.has(h.host_id)) continue;
+      const verdict = h.filter ? "filtered by " + h.filter + ": " + (h.reason || "") : "not a candidate" + (h.reason ? ": " + h.reason : "");
+      rows.push({ host: h.host_id, kind: "filtered", rank: null, verdict, filter: h.filter || "", reason: h.reason || "not a candidate", raw: [], points: [], total: null });
+      seen.add(h.host_id);
+    }
     return rows;
   }
 
@@ -67,6 +74,7 @@
     if (row.kind === "filtered") {
       const order = e.filters || [];
       const at = order.indexOf(row.filter);
+      if (!row.filter) return host + " was not a candidate: " + row.reason + ".";
       return host + " was removed by the " + row.filter + " filter" + (at >= 0 ? " (filter " + (at + 1) + " of " + order.length + ")" : "") +
         ": " + row.reason + ". A removed host is not weighed, so it could not be chosen.";
     }
