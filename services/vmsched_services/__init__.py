@@ -4,6 +4,9 @@
 starts that service's consumers on a Runtime. Order is start order for `vmsched up`. Each service's
 module is imported when it is started, not when this package is: `vmsched --help` and the light
 commands load no service, NumPy or server driver.
+
+`BUS_ONLY` names the services that need nothing but the bus (the api): run on their own they get a
+vmsched.runtime.BusRuntime, which never connects to Redis or PostgreSQL.
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from vmsched.runtime import Runtime
+    from vmsched.runtime import BusRuntime, Runtime
 
-ServiceStart = Callable[["Runtime"], Awaitable[object]]
+ServiceStart = Callable[["Runtime | BusRuntime"], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,7 @@ class _Starter:
 
     package: str
 
-    async def __call__(self, rt: Runtime) -> object:
+    async def __call__(self, rt: Runtime | BusRuntime) -> object:
         module = importlib.import_module(f"vmsched_services.{self.package}.service")
         return await cast(ServiceStart, module.start)(rt)
 
@@ -40,7 +43,11 @@ SERVICES: Mapping[str, ServiceStart] = MappingProxyType(
         "ha-monitor": _Starter("ha_monitor"),
         "balancer": _Starter("balancer"),
         "policy-admin": _Starter("policy_admin"),
+        "api": _Starter("api"),
     }
 )
 
-__all__ = ["SERVICES", "ServiceStart"]
+#: Services that use the bus alone (see the module docstring).
+BUS_ONLY = frozenset({"api"})
+
+__all__ = ["BUS_ONLY", "SERVICES", "ServiceStart"]

@@ -8,14 +8,15 @@ import signal
 from collections.abc import Callable, Sequence
 
 from vmsched.bus import Bus
+from vmsched.health import Health
 from vmsched.health import serve as serve_metrics
 from vmsched.logging import configure, get_logger
 from vmsched.metrics import set_cluster_label_limit
-from vmsched.runtime import DEGRADING_CHECKS, Runtime
+from vmsched.runtime import DEGRADING_CHECKS, BusRuntime, Runtime
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.catalogues import UnitCatalogues, announce_units
-from vmsched_services import SERVICES
+from vmsched_services import BUS_ONLY, SERVICES
 
 log = get_logger("vmsched.runner")
 
@@ -42,8 +43,6 @@ async def run(
     configure(settings.log_level, settings.log_format, service=label)
     set_cluster_label_limit(settings.metrics_cluster_labels)
     health = serve_metrics(settings.metrics_port, timeout_s=settings.health_timeout_s, host=settings.metrics_host)
-    # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
-    units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     if health is not None:
@@ -51,7 +50,15 @@ async def run(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    rt = await Runtime.open(settings, service=label, bus=bus(settings, label) if bus is not None else None)
+    given = bus(settings, label) if bus is not None else None
+    if set(names) <= BUS_ONLY:
+        # Nothing here reads Redis or PostgreSQL: the bus alone, and no consumer gating on them.
+        brt = await BusRuntime.open(settings, service=label, bus=given)
+        await _serve(brt, names, stop, ready, health)
+        return
+    # Plugins are loaded (and any refusal logged) once, before a service can need a unit.
+    units = {u.name: u.origin for u in REGISTRY.load(settings).values()}
+    rt = await Runtime.open(settings, service=label, bus=given)
     try:
         # Spawned first: its first announcement goes out while the services below connect.
         rt.spawn(announce_units(UnitCatalogues(rt.redis, settings), names, units), "unit-catalogue")
@@ -73,8 +80,33 @@ async def run(
         if health is not None:
             health.stopping()
         await rt.close()
-        # Python's own handlers again: a process that goes on after the services (a test, a
-        # command that ran them in-process) must not have its Ctrl-C go to a finished run.
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                loop.remove_signal_handler(sig)
+        _restore_signals(loop)
+
+
+async def _serve(
+    rt: BusRuntime, names: Sequence[str], stop: asyncio.Event, ready: asyncio.Event | None, health: Health | None
+) -> None:
+    """Run bus-only services (BUS_ONLY) on `rt` until `stop` is set."""
+    try:
+        for name in names:
+            await SERVICES[name](rt)
+            log.info("service started", name=name)
+        if health is not None:
+            health.ready(rt.readiness_checks())
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        log.info("stopping", services=list(names))
+    finally:
+        if health is not None:
+            health.stopping()
+        await rt.close()
+        _restore_signals(asyncio.get_running_loop())
+
+
+def _restore_signals(loop: asyncio.AbstractEventLoop) -> None:
+    # Python's own handlers again: a process that goes on after the services (a test, a
+    # command that ran them in-process) must not have its Ctrl-C go to a finished run.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.remove_signal_handler(sig)

@@ -3,7 +3,8 @@
     VmschedError
     ├── InvalidRequest
     │   ├── InvalidQuery          (also a ValueError)
-    │   └── DecisionNotFound
+    │   ├── DecisionNotFound
+    │   └── RequestTooLarge       (the HTTP API: a body over VMSCHED_API_MAX_BODY_BYTES)
     ├── SchedulingError           (it becomes a decision with status error)
     │   ├── UnknownCluster
     │   ├── UnknownPolicyUnit
@@ -22,6 +23,7 @@
     ├── InjectionError            (also a RuntimeError)
     ├── MigrationError
     ├── NotAuthorized             (the broker-vouched identity may not do this)
+    ├── NotAuthenticated          (the HTTP API: no token, or one it does not know)
     ├── ServerUnavailable         (retryable: a server a service needs is away)
     │   ├── RedisUnavailable
     │   └── DatabaseUnavailable
@@ -110,6 +112,13 @@ class DecisionNotFound(InvalidRequest):
         "no decision is stored for that request id: it was never decided, was not stored (errors and expired "
         "requests are not), or is older than VMSCHED_DECISION_TTL_S"
     )
+
+
+class RequestTooLarge(InvalidRequest):
+    """An HTTP request body larger than VMSCHED_API_MAX_BODY_BYTES: refused before it is read whole."""
+
+    code = "request_too_large"
+    meaning = "the HTTP request's body is larger than VMSCHED_API_MAX_BODY_BYTES; nothing of it was parsed"
 
 
 class SchedulingError(VmschedError):
@@ -234,6 +243,27 @@ class NotAuthorized(VmschedError):
         "the AMQP user that sent the request may not do this (administration needs a user named in "
         "VMSCHED_ADMIN_USERS); connect as one"
     )
+
+    def __init__(self, message: str, *, location: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, location=location)
+        #: What to do about it (the HTTP API answers it with the error).
+        self.hint = hint
+
+
+class NotAuthenticated(VmschedError):
+    """An HTTP API request without a bearer token (or session cookie), or with one the tokens file
+    (VMSCHED_API_TOKENS_FILE) does not hold."""
+
+    code = "not_authenticated"
+    meaning = (
+        "the HTTP API request carries no token, or one VMSCHED_API_TOKENS_FILE does not hold: send "
+        "`Authorization: Bearer <token>` (`vmsched api token add` makes one)"
+    )
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        #: What to do about it.
+        self.hint = hint
 
 
 class _Unreached:
@@ -423,6 +453,7 @@ __all__ = [
     "LockTimeout",
     "MigrationError",
     "NoConsumer",
+    "NotAuthenticated",
     "NotAuthorized",
     "NotFound",
     "PolicyError",
@@ -434,6 +465,7 @@ __all__ = [
     "PropertyTooLong",
     "RedisUnavailable",
     "RemoteError",
+    "RequestTooLarge",
     "RpcTimeout",
     "SchedulingError",
     "ServerUnavailable",

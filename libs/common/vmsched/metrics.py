@@ -51,6 +51,15 @@ HA_CHECKS = Counter("vmsched_ha_checks_total", "HA reservation checks, by result
 HA_ALERTS = Counter("vmsched_ha_alerts_total", "HaAlert events published")
 HA_RECOVERIES = Counter("vmsched_ha_recoveries_total", "HaRecovered events published")
 
+# The api service: `route` is the route's path template (/api/v1/clusters/{cluster_id}), never the
+# path a client sent, so the series stay bounded; "unmatched" for paths no route has.
+HTTP_REQUESTS = Counter(
+    "vmsched_http_requests_total", "HTTP API requests, by route, method and status", ["route", "method", "status"]
+)
+HTTP_SECONDS = Histogram(
+    "vmsched_http_request_seconds", "HTTP API time per request, by route", ["route"], buckets=_LATENCY_BUCKETS
+)
+
 # The policy caches (vmsched.policy_cache.PolicyStoreWatch sets it).
 POLICY_STALENESS = Gauge(
     "vmsched_policy_staleness_seconds",

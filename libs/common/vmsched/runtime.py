@@ -71,6 +71,44 @@ async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
 
 
 @dataclass
+class BusRuntime:
+    """A process's bus alone, for a service that holds no state and reads no server but RabbitMQ
+    (the api service: every answer comes over the bus). `vmsched run api` opens one of these, not a
+    Runtime, so it never connects to Redis or PostgreSQL; `vmsched up` gives it the shared Runtime,
+    which has the same `settings`, `bus`, `spawn` and `service`."""
+
+    settings: Settings
+    bus: Bus
+    service: str = "vmsched"
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def open(cls, settings: Settings, service: str = "vmsched", bus: Bus | None = None) -> BusRuntime:
+        bus = bus or connect(settings, service)
+        await bus.start()
+        return cls(settings=settings, bus=bus, service=service)
+
+    def readiness_checks(self) -> dict[str, Check]:
+        """What /readyz checks: the bus."""
+        return {"bus": self._check_bus}
+
+    async def _check_bus(self) -> None:
+        if not self.bus.is_open():
+            raise ConnectionError("the bus is not connected to the broker")
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+        """Run a service's background loop; close() cancels it."""
+        task = asyncio.create_task(coro, name=name)
+        self._tasks.append(task)
+        return task
+
+    async def close(self) -> None:
+        await stop_tasks(self._tasks)
+        self._tasks.clear()
+        await self.bus.close()
+
+
+@dataclass
 class Runtime:
     settings: Settings
     bus: Bus

@@ -264,6 +264,39 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     #: "json" for structlog JSON lines, "console" for a human.
     log_format: str = "json"
+    # The api service (vmsched_services.api, docs/http-api.md): the HTTP API and the web console.
+    #: Address the HTTP API listens on: loopback by default; 0.0.0.0 (every interface) behind a proxy
+    #: or in a container.
+    api_host: str = "127.0.0.1"
+    #: Port of the HTTP API (0: one the system chooses, logged at start; for tests).
+    api_port: int = Field(8080, ge=0, le=65535)
+    #: The API's bearer tokens, one `NAME ROLE sha256:HEX` line each (`vmsched api token add` writes
+    #: them); usually given as a file, VMSCHED_API_TOKENS_FILE. Empty: every /api/v1 request is refused
+    #: (401): there are no default credentials.
+    api_tokens: str = ""
+    #: RabbitMQ users (comma-separated) trusted to say on whose behalf they ask (the api service's
+    #: users): policy-admin records "<user> for <name>" as the actor of their writes; the header from
+    #: any other sender is ignored (and logged).
+    api_users: str = "vmsched-api"
+    #: The largest request body the HTTP API reads; a bigger one is refused (413) unread.
+    api_max_body_bytes: int = Field(1024 * 1024, ge=1024, le=64 * 1024 * 1024)
+    #: Bounds of one simulation run through the HTTP API (POST /api/v1/simulations).
+    api_simulation_max_hosts: int = Field(200, ge=1, le=10_000)
+    api_simulation_max_hours: float = Field(24.0, gt=0, le=24 * 30)
+    api_simulation_timeout_s: float = Field(60.0, gt=0, le=3600)
+    #: Simulations the api runs at once (each in a worker thread); more wait for a slot.
+    api_simulation_concurrency: int = Field(1, ge=1, le=64)
+    #: Events one server-sent-events client may have waiting; a client that reads slower loses the
+    #: oldest (and is told how many with an `event: dropped`).
+    api_events_queue: int = Field(1000, ge=1, le=1_000_000)
+    #: Seconds between the keep-alive comments of an idle event stream.
+    api_events_keepalive_s: float = Field(15.0, gt=0, le=3600)
+
+    @property
+    def api_user_names(self) -> frozenset[str]:
+        """VMSCHED_API_USERS as a set."""
+        return frozenset(u.strip() for u in self.api_users.split(",") if u.strip())
+
     #: Address the metrics and health endpoint listens on (with metrics_port set): loopback by
     #: default, so only the host's own scraper and health checks reach it; 0.0.0.0 (every interface)
     #: for a Prometheus or a health check in another container or on another host.

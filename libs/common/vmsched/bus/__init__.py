@@ -2,7 +2,7 @@
 
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode
-from vmsched.bus.dispatch import caller
+from vmsched.bus.dispatch import acting_for, caller, on_behalf_of
 from vmsched.bus.memory import MemoryBroker, MemoryBus
 from vmsched.settings import Settings
 
@@ -21,8 +21,10 @@ __all__ = [
     "MemoryBus",
     "RequeueResult",
     "Subscription",
+    "acting_for",
     "caller",
     "connect",
     "decode",
     "encode",
+    "on_behalf_of",
 ]

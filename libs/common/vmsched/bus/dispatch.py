@@ -29,10 +29,11 @@ to the dispatcher by the wiring (`recognise`), so this module imports neither dr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -56,6 +57,12 @@ HEADER_ATTEMPTS = "x-vmsched-attempts"
 #: other user_id), so the sender travels here, and is believed only on a copy the broker vouches the
 #: receiving service's own user sent (amqp.consumers.delivery_of); a requeue drops it.
 HEADER_SENDER = "x-vmsched-sender"
+#: On a request: the person (an HTTP API token's name) the sender asks for. Believed only from a sender
+#: the service trusts to say so (VMSCHED_API_USERS, vmsched_services.authz.actor); from anyone else
+#: it is ignored. The sender (user_id) stays the one the broker vouches for either way.
+HEADER_ON_BEHALF_OF = "x-vmsched-on-behalf-of"
+#: The longest name HEADER_ON_BEHALF_OF may carry (longer ones are not believed).
+ON_BEHALF_OF_MAX = 64
 #: On a dead letter whose body was cut: the body's size before, and that it was cut.
 HEADER_ORIGINAL_SIZE = "x-vmsched-original-size"
 HEADER_TRUNCATED = "x-vmsched-truncated"
@@ -71,6 +78,11 @@ MESSAGE_DEADLINE: ContextVar[float | None] = ContextVar("vmsched_message_deadlin
 #: none). Owned by Dispatcher.request and Dispatcher.event, which set it around each handler call;
 #: handlers that authorize (policy administration, removals) read it through `caller()`.
 MESSAGE_USER: ContextVar[str | None] = ContextVar("vmsched_message_user", default=None)
+#: The HEADER_ON_BEHALF_OF of the request whose handler is running in this context (None: it has
+#: none). Owned by Dispatcher.request, like MESSAGE_USER.
+MESSAGE_ON_BEHALF_OF: ContextVar[str | None] = ContextVar("vmsched_message_on_behalf_of", default=None)
+#: Client side: the name the requests this context sends carry in HEADER_ON_BEHALF_OF (`acting_for`).
+ACTING_FOR: ContextVar[str | None] = ContextVar("vmsched_acting_for", default=None)
 #: Errors worth another attempt (a dependency such as Redis is briefly away) rather than a dead letter,
 #: besides ServerUnavailable and what the recognisers say is one.
 TRANSIENT = (ConnectionError, OSError, TimeoutError)
@@ -263,6 +275,7 @@ class Dispatcher:
             given = deadline / 1000 if isinstance(deadline, int) and not isinstance(deadline, bool) else None
             with structlog.contextvars.bound_contextvars(queue=delivery.queue, request_id=str(request_id)):
                 held, sender = MESSAGE_DEADLINE.set(given), MESSAGE_USER.set(delivery.user_id)
+                behalf = MESSAGE_ON_BEHALF_OF.set(_on_behalf_of(delivery.headers))
                 try:
                     reply = await handler(request)
                     if not isinstance(reply, Message):
@@ -273,6 +286,7 @@ class Dispatcher:
                 finally:
                     MESSAGE_DEADLINE.reset(held)
                     MESSAGE_USER.reset(sender)
+                    MESSAGE_ON_BEHALF_OF.reset(behalf)
         except Exception as exc:
             # Only a hostile exception (one whose text cannot be read) gets here.
             return self._internal(delivery, exc, "request could not be handled")
@@ -435,6 +449,41 @@ class Dispatcher:
 def caller() -> str | None:
     """The broker-vouched sender of the message being handled (see MESSAGE_USER)."""
     return MESSAGE_USER.get()
+
+
+def on_behalf_of() -> str | None:
+    """The name the request being handled says it is sent for (HEADER_ON_BEHALF_OF), unchecked: only
+    vmsched_services.authz decides whether its sender may say so."""
+    return MESSAGE_ON_BEHALF_OF.get()
+
+
+@contextlib.contextmanager
+def acting_for(name: str | None) -> Iterator[None]:
+    """Requests sent in this block carry `name` in HEADER_ON_BEHALF_OF (the api service: the token's
+    name). The receiving service believes it only from a sender it trusts (VMSCHED_API_USERS)."""
+    token = ACTING_FOR.set(name)
+    try:
+        yield
+    finally:
+        ACTING_FOR.reset(token)
+
+
+def request_headers(deadline_ms: int) -> dict[str, Any]:
+    """The headers of a request sent now: its deadline, and whom it is sent for (`acting_for`)."""
+    headers: dict[str, Any] = {HEADER_DEADLINE: deadline_ms}
+    name = ACTING_FOR.get()
+    if name:
+        headers[HEADER_ON_BEHALF_OF] = name
+    return headers
+
+
+def _on_behalf_of(headers: Mapping[str, Any]) -> str | None:
+    value = headers.get(HEADER_ON_BEHALF_OF)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    if not isinstance(value, str) or not value or len(value) > ON_BEHALF_OF_MAX or not value.isprintable():
+        return None
+    return value
 
 
 def check_routing_key(routing_key: str, event: Message) -> None:

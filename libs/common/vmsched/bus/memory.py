@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 from vmsched import constants as c
 from vmsched.bus.base import Bus, DeadLetter, RequeueResult, Subscription
 from vmsched.bus.codec import decode, encode, type_name
-from vmsched.bus.dispatch import HEADER_DEADLINE, Delivery, Dispatcher, Transport
+from vmsched.bus.dispatch import Delivery, Dispatcher, Transport, request_headers
 from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import BusUnavailable, NoConsumer, RemoteError, RpcTimeout
 from vmsched.settings import Settings
@@ -292,7 +292,7 @@ class MemoryBus(Bus):
         body, is_error = await self.broker.request(
             route,
             encode(request),
-            headers={HEADER_DEADLINE: int((time.time() + timeout) * 1000)},
+            headers=request_headers(int((time.time() + timeout) * 1000)),
             timeout=timeout,
             user_id=self.user_id,
         )

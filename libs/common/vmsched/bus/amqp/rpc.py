@@ -38,7 +38,7 @@ from vmsched.bus.amqp.connection import BROKER_ERRORS, BrokerLink
 from vmsched.bus.amqp.consumers import AmqpTransport, Consumer, consumer_channel, delivery_of
 from vmsched.bus.base import Subscription
 from vmsched.bus.codec import CONTENT_TYPE, decode, encode, type_name
-from vmsched.bus.dispatch import HEADER_DEADLINE, Dispatcher
+from vmsched.bus.dispatch import Dispatcher, request_headers
 from vmsched.contracts import ErrorReply, Message
 from vmsched.errors import BusUnavailable, NoConsumer, NotAuthorized, RemoteError, RpcTimeout, VmschedError
 from vmsched.logging import get_logger
@@ -195,7 +195,7 @@ class RpcClient:
             reply_to=REPLY_TO,
             expiration=remaining,
             delivery_mode=DeliveryMode.NOT_PERSISTENT,
-            headers={HEADER_DEADLINE: int((time.time() + remaining) * 1000)},
+            headers=request_headers(int((time.time() + remaining) * 1000)),
             user_id=self.link.user_id,
         )
         try:
