@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from vmsched.settings import Settings
 from vmsched_services.api import console
-from vmsched_services.api.console import console_router
+from vmsched_services.api.app import create_app
+from vmsched_services.api.auth import Role, TokenBook, entry_line
 from vmsched_services.api.console.pages import environment, safe_next
 
 PACKAGE = Path(console.__file__).parent
@@ -32,11 +33,23 @@ PAGES = [
 ]
 
 
+TOKEN = "vms_console-unit-test-token"
+
+
 @pytest.fixture
 def http() -> TestClient:
-    app = FastAPI()
-    app.include_router(console_router())
+    """The api's app with one viewer token and no bus (its lifespan does not run: no clients), so
+    pages render without their initial data, as when the services are away."""
+    app = create_app(Settings(), tokens=TokenBook.from_text(entry_line("ann", Role.VIEWER, TOKEN)))
     return TestClient(app, follow_redirects=False)
+
+
+def login(http: TestClient, token: str = TOKEN) -> object:
+    return http.post(
+        "/console/login",
+        content=f"token={token}&next=%2Fconsole%2Fpolicies".encode(),
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -56,7 +69,9 @@ def test_the_login_page_asks_for_a_token_and_posts_to_the_console(http: TestClie
     assert "script-src 'self'" in r.headers["content-security-policy"]
 
 
-@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/x", "/api/v1/whoami", "/console\\..\\x", ""])
+@pytest.mark.parametrize(
+    "target", ["https://evil.example/", "//evil.example/x", "/api/v1/whoami", "/console\\..\\x", ""]
+)
 def test_after_signing_in_the_console_goes_only_to_its_own_pages(target: str) -> None:
     assert safe_next(target) == "/console/clusters"
     assert safe_next("/console/policies/x?y=1") == "/console/policies/x?y=1"
@@ -75,6 +90,32 @@ def test_a_login_posted_from_another_site_is_refused(http: TestClient) -> None:
         "content-type": "application/x-www-form-urlencoded", "origin": "https://evil.example"})  # fmt: skip
     assert "vmsched_session" not in r.headers.get("set-cookie", "")
     assert "must be sent from the console" in r.text
+
+
+def test_a_valid_token_becomes_the_session_cookie_and_opens_the_pages(http: TestClient) -> None:
+    r = login(http)
+    assert r.status_code == 303 and r.headers["location"] == "/console/policies"  # type: ignore[attr-defined]
+    cookie = r.headers["set-cookie"]  # type: ignore[attr-defined]
+    assert cookie.startswith(f"vmsched_session={TOKEN};")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    http.cookies.set("vmsched_session", TOKEN)
+    for path in PAGES:
+        page = http.get(path)
+        assert page.status_code == 200, path
+        assert "ann · viewer" in page.text
+        assert "Sign out" in page.text
+        assert "Traceback" not in page.text
+
+
+def test_a_wrong_token_is_refused_and_a_stale_cookie_sends_to_the_login_page(http: TestClient) -> None:
+    r = login(http, "vms_wrong")
+    assert r.status_code == 401  # type: ignore[attr-defined]
+    assert "not valid" in r.text  # type: ignore[attr-defined]
+    assert "vmsched_session" not in r.headers.get("set-cookie", "")  # type: ignore[attr-defined]
+    http.cookies.set("vmsched_session", "vms_wrong")
+    page = http.get("/console/policies")
+    assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
+    assert 'vmsched_session=""' in page.headers["set-cookie"]
 
 
 def test_sign_out_forgets_the_session(http: TestClient) -> None:

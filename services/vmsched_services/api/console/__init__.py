@@ -89,7 +89,12 @@ def console_router() -> APIRouter:
     @router.get("/clusters/{cluster_id}")
     async def cluster(request: Request, cluster_id: str) -> Response:
         return await render(
-            request, "cluster.html", nav="clusters", title=f"Cluster {cluster_id}", load="cluster", cluster_id=cluster_id
+            request,
+            "cluster.html",
+            nav="clusters",
+            title=f"Cluster {cluster_id}",
+            load="cluster",
+            cluster_id=cluster_id,
         )
 
     @router.get("/clusters/{cluster_id}/decisions/{request_id}")

@@ -102,7 +102,16 @@ def login_redirect(request: Request) -> Response:
 def login_page(request: Request, *, next_url: str, error: str = "", status_code: int = 200) -> HTMLResponse:
     return html(
         "login.html",
-        {"title": "Sign in", "nav": "", "who": None, "next_url": next_url, "error": error, "initial": None, "problem": None, "page": "login"},
+        {
+            "title": "Sign in",
+            "nav": "",
+            "who": None,
+            "next_url": next_url,
+            "error": error,
+            "initial": None,
+            "problem": None,
+            "page": "login",
+        },
         status_code=status_code,
     )
 

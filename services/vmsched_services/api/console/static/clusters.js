@@ -4,7 +4,7 @@
 document.addEventListener("DOMContentLoaded", vm.guarded(async () => {
   const { el, clear, list } = vm;
   const start = vm.initial();
-  const data = start.data !== null && start.data !== undefined ? start.data : await vm.api("GET", "/clusters");
+  const data = start.data && start.data.clusters ? start.data.clusters : await vm.api("GET", "/clusters");
   const body = clear(document.querySelector("#clusters tbody"));
   const clusters = list(data, "clusters");
   if (!clusters.length) {

@@ -22,7 +22,7 @@
 
   document.addEventListener("DOMContentLoaded", vm.guarded(async () => {
     const start = vm.initial();
-    const data = start.data || await api("GET", "/schedulingpolicies");
+    const data = start.data && start.data.policies ? start.data.policies : await api("GET", "/schedulingpolicies");
     const body = clear(document.querySelector("#policies tbody"));
     for (const p of vm.list(data, "policies")) {
       const href = "/console/policies/" + encodeURIComponent(p.name);

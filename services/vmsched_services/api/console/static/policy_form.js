@@ -164,8 +164,11 @@
       const general = [];
       for (const e of errors) {
         const loc = String(e.location || "");
-        const prop = Object.keys(this.doc.properties).concat([...document.querySelectorAll("#editor input[data-prop]")].map((n) => n.dataset.prop))
-          .find((k) => loc === "properties." + k || loc.endsWith("." + k) || loc.endsWith("[" + k + "]") || (loc.includes("propert") && loc.includes(k)));
+        // policy-admin names a property in its message ("policy P: property K: ..."); the API's
+        // own checks in the location (body.properties.K).
+        const keys = Object.keys(this.doc.properties).concat([...document.querySelectorAll("#editor input[data-prop]")].map((n) => n.dataset.prop));
+        const names = (k) => new RegExp("(^|[^A-Za-z0-9_])" + k.replace(/[.*+?^${}()|[\]\\]/g, "\\$&") + "($|[^A-Za-z0-9_])");
+        const prop = keys.find((k) => loc.endsWith("properties." + k)) || keys.find((k) => names(k).test(String(e.message)));
         const m = /(filters|weights)[.[](\d+)/.exec(loc);
         const slot = prop ? document.querySelector('[data-loc="properties.' + CSS.escape(prop) + '"]') : m ? document.querySelector('[data-loc="' + m[1] + "." + m[2] + '"]') : null;
         if (slot) {
