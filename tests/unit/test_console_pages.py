@@ -63,7 +63,8 @@ def test_a_page_without_a_session_goes_to_the_login_page_and_back(http: TestClie
 def test_the_login_page_asks_for_a_token_and_posts_to_the_console(http: TestClient) -> None:
     r = http.get("/console/login", params={"next": "/console/policies"})
     assert r.status_code == 200
-    assert 'name="token"' in r.text and 'type="password"' in r.text
+    assert 'name="token"' in r.text
+    assert 'type="password"' in r.text
     assert '<label for="token">' in r.text
     assert 'value="/console/policies"' in r.text
     assert "script-src 'self'" in r.headers["content-security-policy"]
@@ -94,10 +95,13 @@ def test_a_login_posted_from_another_site_is_refused(http: TestClient) -> None:
 
 def test_a_valid_token_becomes_the_session_cookie_and_opens_the_pages(http: TestClient) -> None:
     r = login(http)
-    assert r.status_code == 303 and r.headers["location"] == "/console/policies"  # type: ignore[attr-defined]
+    assert r.status_code == 303
+    assert r.headers["location"] == "/console/policies"
     cookie = r.headers["set-cookie"]  # type: ignore[attr-defined]
     assert cookie.startswith(f"vmsched_session={TOKEN};")
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/" in cookie
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    assert "Path=/" in cookie
     http.cookies.set("vmsched_session", TOKEN)
     for path in PAGES:
         page = http.get(path)
@@ -114,14 +118,17 @@ def test_a_wrong_token_is_refused_and_a_stale_cookie_sends_to_the_login_page(htt
     assert "vmsched_session" not in r.headers.get("set-cookie", "")  # type: ignore[attr-defined]
     http.cookies.set("vmsched_session", "vms_wrong")
     page = http.get("/console/policies")
-    assert page.status_code == 303 and page.headers["location"].startswith("/console/login")
+    assert page.status_code == 303
+    assert page.headers["location"].startswith("/console/login")
     assert 'vmsched_session=""' in page.headers["set-cookie"]
 
 
 def test_sign_out_forgets_the_session(http: TestClient) -> None:
     r = http.post("/console/logout")
-    assert r.status_code == 303 and r.headers["location"] == "/console/login"
-    assert 'vmsched_session=""' in r.headers["set-cookie"] and "Max-Age=0" in r.headers["set-cookie"]
+    assert r.status_code == 303
+    assert r.headers["location"] == "/console/login"
+    assert 'vmsched_session=""' in r.headers["set-cookie"]
+    assert "Max-Age=0" in r.headers["set-cookie"]
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in STATIC.iterdir()))
@@ -158,10 +165,19 @@ def test_scripts_never_parse_data_as_html(path: Path) -> None:
 
 def test_templates_escape_data_even_in_the_embedded_json() -> None:
     hostile = "</script><script>alert(1)</script>"
-    page = environment().get_template("cluster.html").render(
-        title=hostile, nav="clusters", who={"name": hostile, "role": "viewer"}, params={"cluster_id": hostile},
-        page="cluster", initial={"params": {"cluster_id": hostile}, "data": None}, problem={"message": hostile, "hint": ""},
-    )  # fmt: skip
+    page = (
+        environment()
+        .get_template("cluster.html")
+        .render(
+            title=hostile,
+            nav="clusters",
+            who={"name": hostile, "role": "viewer"},
+            params={"cluster_id": hostile},
+            page="cluster",
+            initial={"params": {"cluster_id": hostile}, "data": None},
+            problem={"message": hostile, "hint": ""},
+        )
+    )
     assert "<script>alert(1)</script>" not in page
     assert page.count("<script") == page.count("</script>")
     assert "&lt;/script&gt;" in page  # the text, escaped
@@ -173,12 +189,14 @@ def test_every_page_has_one_h1_and_labelled_controls() -> None:
     for path in TEMPLATES.glob("*.html"):
         text = path.read_text()
         if path.name == "base.html":
-            assert 'lang="en"' in text and 'id="main"' in text
+            assert 'lang="en"' in text
+            assert 'id="main"' in text
             continue
         assert text.count("<h1") == 1, path.name
         for control in re.finditer(r"<(input|select|textarea)\b([^>]*)>", text):
             attrs = control.group(2)
-            if 'type="hidden"' in attrs or 'type="checkbox"' in attrs and "<label" in text:
+            if 'type="hidden"' in attrs or ('type="checkbox"' in attrs and "<label" in text):
                 continue
             ident = re.search(r'id="([^"]+)"', attrs)
-            assert ident and (f'for="{ident.group(1)}"' in text or "aria-label" in attrs), (path.name, attrs)
+            assert ident, (path.name, attrs)
+            assert f'for="{ident.group(1)}"' in text or "aria-label" in attrs, (path.name, attrs)

@@ -32,6 +32,13 @@ SESSION_MAX_AGE_S = 12 * 3600
 def console_router() -> APIRouter:
     """The console's pages (under /console) and its static assets (/console/static/...)."""
     router = APIRouter(prefix="/console", include_in_schema=False)
+    _session_routes(router)
+    _page_routes(router)
+    return router
+
+
+def _session_routes(router: APIRouter) -> None:
+    """Signing in and out, the home redirect, the assets."""
 
     @router.get("")
     @router.get("/")
@@ -82,6 +89,10 @@ def console_router() -> APIRouter:
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response
 
+
+def _page_routes(router: APIRouter) -> None:
+    """The pages, each rendered with the data it starts from."""
+
     @router.get("/clusters")
     async def clusters(request: Request) -> Response:
         return await render(request, "clusters.html", nav="clusters", title="Clusters", load="clusters")
@@ -124,8 +135,6 @@ def console_router() -> APIRouter:
     @router.get("/simulation")
     async def simulation(request: Request) -> Response:
         return await render(request, "simulation.html", nav="simulation", title="Simulation", load="simulation")
-
-    return router
 
 
 def _same_origin(request: Request) -> bool:
