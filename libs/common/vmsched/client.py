@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
 
@@ -185,16 +185,15 @@ class SchedulerClient(BusClient):
 
     async def events(self, cluster_id: str = "*", *, maxsize: int = 10_000) -> AsyncIterator[Message]:
         """Everything vmsched says about a cluster: decisions, migrations, power advice, HA alerts."""
-        bindings = [
-            c.decision_key(cluster_id),
-            c.migration_key(cluster_id),
-            c.power_key(cluster_id),
-            c.ha_alert_key(cluster_id),
-            c.ha_recovered_key(cluster_id),
-        ]
-        models: list[Any] = [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered]
-        async for event in self._stream(bindings, models, maxsize):
+        async for event in self._stream(*_event_bindings(cluster_id), maxsize):
             yield event
+
+    async def subscribe_events(self, cluster_id: str, handler: Callable[[Message], Awaitable[None]]) -> Subscription:
+        """What `events` yields, given to `handler` as it comes, from the moment this returns (the
+        subscription is bound then); `cancel()` the subscription to stop. For a reader that must know
+        when it starts receiving (the api's event stream), or that drops rather than waits."""
+        bindings, models = _event_bindings(cluster_id)
+        return await self.bus.subscribe(bindings, models, handler)
 
     async def resync_requests(self, cluster_id: str = "*", *, maxsize: int = 10_000) -> AsyncIterator[ResyncRequested]:
         """vmsched's requests for a full report of `cluster_id` ("*" for all): answer each with every
@@ -272,6 +271,18 @@ class SchedulerClient(BusClient):
     async def policy_changed(self, *, cluster_id: str | None = None, policy_id: uuid.UUID | None = None) -> None:
         """Tell every selector to drop its cached copy (after changing policies in PostgreSQL)."""
         await self.bus.publish(c.POLICY_CHANGED, PolicyChanged(cluster_id=cluster_id, policy_id=policy_id))
+
+
+def _event_bindings(cluster_id: str) -> tuple[list[str], list[Any]]:
+    """The routing keys and models of every event about `cluster_id` ("*": every cluster)."""
+    bindings = [
+        c.decision_key(cluster_id),
+        c.migration_key(cluster_id),
+        c.power_key(cluster_id),
+        c.ha_alert_key(cluster_id),
+        c.ha_recovered_key(cluster_id),
+    ]
+    return bindings, [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered]
 
 
 __all__ = ["BusClient", "SchedulerClient"]

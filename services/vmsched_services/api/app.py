@@ -61,14 +61,13 @@ def api_router() -> APIRouter:
 
 def create_app(settings: Settings, *, clients: Clients | None = None, tokens: TokenBook | None = None) -> FastAPI:
     """The app; `tokens` default to VMSCHED_API_TOKENS (the tokens file)."""
-    state = ApiState(
-        settings=settings, tokens=tokens if tokens is not None else TokenBook.from_text(settings.api_tokens)
-    )
+    book = tokens if tokens is not None else TokenBook.from_text(settings.api_tokens)
+    # Given clients serve at once (an ASGI test client runs no lifespan); else the lifespan opens them.
+    state = ApiState(settings=settings, tokens=book, clients=clients)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if clients is not None:
-            state.clients = clients
             yield
             return
         own, bus = open_clients(settings)

@@ -2,7 +2,7 @@
 
 vmsched up                         all services in this process (development)
 vmsched run SERVICE                one service: state-tracker, filter-worker, weigher, selector,
-                                   balancer, ha-monitor, policy-admin
+                                   balancer, ha-monitor, policy-admin, api
 vmsched schedule --cluster C --vm vm.json
 vmsched explain REQUEST_ID --cluster C  a decision's full table (filters and weights per host)
 vmsched watch [--cluster C]        decisions, migrations, power advice and HA alerts, live
@@ -21,6 +21,8 @@ vmsched units list                 the policy-unit catalogue
 vmsched policy list|show|export|apply -f FILE|clone|delete|attach|detach|history|rollback|import-nova
                                    administer policies (the policy-admin service), from files in git
 vmsched security init|print|apply  credentials per role; RabbitMQ, Redis and PostgreSQL definitions
+vmsched api token add NAME --role R [--file F]
+                                   a bearer token for the HTTP API (printed once; the file keeps its hash)
 vmsched demo [--json]              a simulated datacenter, end to end
 vmsched bench [--json-out FILE]    decision latency and throughput, with and without the bus
 vmsched simulate [--workload FILE | --scenario NAME | --generate] --policy P [--policy Q ...] [--over-bus]
@@ -31,7 +33,8 @@ vmsched chaos [EXPERIMENT ...] [--long] [--json]
 Each command group is a module of its own with its `cmd_NAME(args) -> exit code` functions and an
 `add_commands(sub)` that makes their parsers (clikit.command): service_cli (run, up), engine_cli
 (schedule, explain, watch, state), ops_cli with ops (decisions, ha-check, dead-letters, clusters,
-hosts), audit_cli, db_cli, contracts_cli, units_cli, policy_cli and tool_cli (demo, bench, simulate, chaos).
+hosts), audit_cli, db_cli, contracts_cli, units_cli, policy_cli, security_cli, api_cli and tool_cli
+(demo, bench, simulate, chaos).
 This module assembles them into one parser and holds the error boundary, `main`. A new command
 goes into the group it belongs to. Each command imports what it runs inside its function:
 `vmsched --help` and the light commands then start without loading what the commands run.
@@ -52,6 +55,7 @@ import traceback
 from collections.abc import Sequence
 
 from vmsched_services.tools import (
+    api_cli,
     audit_cli,
     contracts_cli,
     db_cli,
@@ -138,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     units_cli.add_commands(sub)
     policy_cli.add_commands(sub)
     security_cli.add_commands(sub)
+    api_cli.add_commands(sub)
     tool_cli.add_commands(sub)
     return p
 
