@@ -64,7 +64,8 @@ class Reads:
             async with asyncio.timeout(self.rt.settings.policy_read_timeout_s):
                 repo = PolicyRepository(await self.rt.postgres())
                 own = {settings.cluster_id: name for settings, name in await repo.clusters()}
-                default = (await repo.get_default()).name if len(own) < len(ids) else ""
+                # Clusters without a row of their own run the default policy.
+                default = (await repo.get_default()).name if any(cid not in own for cid in ids) else ""
         except Exception as exc:  # PostgreSQL away or refusing: the listing goes without policies
             log.warning("clusters listed without their policies", error=f"{type(exc).__name__}: {exc}"[:300])
             return {}
