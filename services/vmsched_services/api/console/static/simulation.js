@@ -8,10 +8,31 @@
 
   // The API's answer as [{name, report}], whether a list, {reports: [...]} or {policies: {name: report}}.
   function reportsOf(resp) {
-    const list = Array.isArray(resp) ? resp : Array.isArray(resp && resp.reports) ? resp.reports : null;
+    const list = Array.isArray(resp) ? resp : Array.isArray(resp && resp.reports) ? resp.reports : Array.isArray(resp && resp.policies) ? resp.policies : null;
     if (list) return list.map((r, i) => ({ name: r.policy || r.name || "policy " + (i + 1), report: r }));
     const keyed = resp && resp.policies && !Array.isArray(resp.policies) ? resp.policies : resp || {};
     return Object.entries(keyed).filter(([, r]) => r && typeof r === "object").map(([name, report]) => ({ name, report }));
+  }
+
+  //: The samples worth a plot, in this order, when the report has them (a sample has more).
+  const PLOTTED = ["vms", "hosts_used", "ffd_hosts", "hosts_on", "cpu_mean_in_use", "mem_mean_in_use", "cpu_spread", "mem_spread", "vm_count_spread"];
+
+  function drawTargets(targets, names) {
+    const box = clear(document.getElementById("targets"));
+    if (!targets || !targets.length) return;
+    const byTarget = new Map();
+    for (const v of targets) {
+      const row = byTarget.get(v.target) || { limit: v.limit, how: v.how, by: {} };
+      row.by[v.policy] = v;
+      byTarget.set(v.target, row);
+    }
+    const head = el("tr", {}, el("th", { scope: "col" }, "Target"), el("th", { scope: "col" }, "Limit"), names.map((n) => el("th", { scope: "col" }, n)));
+    const body = el("tbody");
+    for (const [target, row] of byTarget) {
+      body.appendChild(el("tr", {}, el("th", { scope: "row", title: row.how || "" }, target.replace(/_/g, " ")), el("td", { class: "num" }, num(row.limit)),
+        names.map((n) => { const v = row.by[n]; return v ? el("td", { class: "num " + (v.met ? "ok" : "bad") }, num(v.value) + (v.met ? " ✓ met" : " ✗ missed")) : el("td", {}, ""); })));
+    }
+    box.append(el("h3", {}, "Targets (met when the value is at most the limit)"), el("table", { class: "data" }, el("thead", {}, head), body));
   }
 
   // Scalar figures of a report (its own, its summary's, its targets'), as [label, value].
@@ -62,7 +83,9 @@
     }
     const plots = clear(document.getElementById("plots"));
     const series = reports.map((r) => seriesOf(r.report));
-    const metrics = [...new Set(series.flatMap((s) => Object.keys(s)))];
+    const found = [...new Set(series.flatMap((s) => Object.keys(s)))];
+    const wanted = PLOTTED.filter((m) => found.includes(m));
+    const metrics = wanted.length ? wanted : found;
     for (const m of metrics) {
       const lines = reports.map((r, i) => ({ name: r.name, points: (series[i][m] || []).map(([t, v]) => [t / 3600, v]) }));
       plots.appendChild(window.linePlot(m.replace(/_/g, " "), lines, "hours"));
@@ -93,6 +116,7 @@
           hours: Number(document.getElementById("hours").value), seed: Number(document.getElementById("seed").value || 0), policies: names,
         });
         drawReport(resp, names);
+        drawTargets(resp && resp.targets, names);
         status.textContent = "Done.";
       } catch (err) {
         status.textContent = "";
