@@ -11,11 +11,23 @@ from vmsched_services.tools.asyncapi.document import asyncapi
 
 
 def render() -> dict[str, str]:
-    """Relative path -> file content, for everything under contracts/."""
+    """Relative path -> file content, for everything under contracts/: the AsyncAPI document, the
+    message schemas, and the HTTP API's OpenAPI document (keys sorted: a stable diff)."""
     files = {"asyncapi.json": _dump(asyncapi())}
     for name, schema in message_schemas().items():
         files[f"schemas/{name}.json"] = _dump(schema)
+    files["openapi.json"] = json.dumps(openapi(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     return files
+
+
+def openapi() -> dict[str, Any]:
+    """The api service's OpenAPI 3.1 document, as its app serves it at /api/v1/openapi.json."""
+    from vmsched.settings import Settings  # noqa: PLC0415 - the app (FastAPI) only when contracts are rendered
+    from vmsched_services.api.app import create_app  # noqa: PLC0415
+
+    # Settings with nothing read from the environment: the document must not depend on where it is made.
+    doc: dict[str, Any] = create_app(Settings.model_construct()).openapi()
+    return doc
 
 
 def _dump(doc: Any) -> str:
