@@ -191,7 +191,8 @@ async def edit_a_policy(page: playwright_api.Page, c: Console) -> str:
     await page.fill("#weights li[data-unit='OptimalForEvenCpuDistribution'] input.factor", "5")
     await page.wait_for_selector("#validity.ok")
     await page.click("#preview")
-    diff = await page.text_content("#diff")
+    await page.wait_for_selector("#diff-box:not([hidden]) #diff .line")
+    diff = await page.text_content("#diff") or ""
     assert "5" in diff
     assert "HighUtilization" in diff
     await shot(page, "policy-diff")

@@ -94,6 +94,7 @@ def _parts(page: str, params: dict[str, str], who: Principal, cl: Clients) -> di
             return {
                 "policy": lambda: routes_policies.policy(params.get("name", ""), who, cl),
                 "units": lambda: routes_policies.units(who, cl),
+                "clusters": s.clusters,
             }
         case "whatif":
             return {"clusters": s.clusters, "policies": lambda: routes_policies.policies(who, cl)}

@@ -86,8 +86,8 @@
     if (!policy.locked) validate();
   }
 
-  async function drawClusters() {
-    const data = await api("GET", "/clusters");
+  async function drawClusters(known) {
+    const data = known || await api("GET", "/clusters");
     const select = clear(document.getElementById("attach-cluster"));
     for (const c of vm.list(data, "clusters")) select.appendChild(el("option", { value: c.cluster_id }, c.cluster_id + (c.policy ? " (now " + c.policy + ")" : "")));
     if (!select.options.length) select.appendChild(el("option", { value: "" }, "no cluster has reported"));
@@ -118,7 +118,8 @@
       await api("PUT", "/clusters/" + encodeURIComponent(cluster) + "/policy", { policy: name });
       vm.notice("Cluster " + cluster + " now runs " + name + ".");
       await reload();
-      await drawClusters();
+      const option = document.querySelector("#attach-cluster option[value='" + CSS.escape(cluster) + "']");
+      if (option) option.textContent = cluster + " (now " + name + ")";
     }));
     document.getElementById("clone").addEventListener("submit", vm.guarded(async (e) => {
       e.preventDefault();
@@ -129,6 +130,6 @@
     }));
     if (data.policy) { policy = data.policy; form.load(policy); drawHead(); await drawHistory(); if (!policy.locked) validate(); }
     else await reload();
-    await drawClusters();
+    await drawClusters(data.clusters);
   }));
 })();
