@@ -52,8 +52,11 @@
     const rows = [];
     for (const p of (state && state.pending) || []) rows.push(p);
     for (const h of (state && state.hosts) || []) for (const p of h.pending || []) rows.push(Object.assign({ host_id: h.report.host_id }, p));
+    const listed = state && (state.pending !== undefined || (state.hosts || []).some((h) => h.pending !== undefined));
     if (!rows.length) {
-      body.appendChild(el("tr", {}, el("td", { colspan: 5, class: "muted" }, "None: every placement has been reported running (or has expired).")));
+      body.appendChild(el("tr", {}, el("td", { colspan: 5, class: "muted" }, listed
+        ? "None: every placement has been reported running (or has expired)."
+        : "This API's cluster state does not list pending records; the latest decisions (right) show recent placements.")));
       return;
     }
     for (const p of rows) {

@@ -102,9 +102,13 @@
       { key: "host", label: "Host", get: (r) => r.host },
       { key: "verdict", label: "Verdict", get: (r) => (r.kind === "chosen" ? 0 : r.kind === "scored" ? r.rank : 1e9) + "|" + r.verdict, show: (r) => r.verdict },
     ];
+    // One column per weight unit: "raw → points" (the CLI's raw / points), sorted by points.
     units.forEach((u, i) => {
-      columns.push({ key: "raw" + i, label: u.unit + " raw", title: u.unit + ": raw weight (the unit's own scale)", get: (r) => r.raw[i], show: (r) => num(r.raw[i], 3), numeric: true });
-      columns.push({ key: "pts" + i, label: u.unit + " points ×" + num(u.factor), title: u.unit + ": points after the selector, factor " + num(u.factor), get: (r) => r.points[i], show: (r) => num(r.points[i], 3), numeric: true });
+      columns.push({
+        key: "unit" + i, label: u.unit + " ×" + num(u.factor), unit: true,
+        title: u.unit + ": raw weight (the unit's own scale) → points after the selector; factor " + num(u.factor) + ". Sorts by points.",
+        get: (r) => r.points[i], show: (r) => (r.raw[i] === undefined ? "" : num(r.raw[i], 3) + " → " + num(r.points[i], 3)), numeric: true,
+      });
     });
     columns.push({ key: "total", label: "Total", get: (r) => r.total, show: (r) => num(r.total, 3), numeric: true });
 
@@ -128,10 +132,10 @@
         : ""));
     }
 
-    let sortKey = null, sortDir = 1;
+    let sortKey = null, sortDir = 1, highlighted = null;
     columns.forEach((c) => {
       const button = el("button", { type: "button", class: "sort", title: c.title || "Sort by " + c.label }, c.label);
-      const th = el("th", { scope: "col", "aria-sort": "none", class: c.numeric ? "num" : "" }, button);
+      const th = el("th", { scope: "col", "aria-sort": "none", class: (c.numeric ? "num" : "") + (c.unit ? " unit-col" : "") + " col-" + c.key }, button);
       button.addEventListener("click", () => {
         sortDir = sortKey === c.key ? -sortDir : 1;
         sortKey = c.key;
@@ -151,10 +155,10 @@
       }
       clear(tbody);
       for (const r of shown) {
-        const tr = el("tr", { class: "row-" + r.kind, "data-host": r.host, tabindex: -1 });
+        const tr = el("tr", { class: "row-" + r.kind + (r.host === highlighted ? " highlight" : ""), "data-host": r.host, tabindex: -1 });
         columns.forEach((c, i) => {
           const text = String((c.show || c.get)(r) ?? "");
-          tr.appendChild(i === 0 ? el("th", { scope: "row" }, text) : el("td", { class: c.numeric ? "num" : "" }, text));
+          tr.appendChild(i === 0 ? el("th", { scope: "row", class: "col-host" }, text) : el("td", { class: (c.numeric ? "num" : "") + " col-" + c.key }, text));
         });
         tbody.appendChild(tr);
       }
@@ -163,6 +167,7 @@
 
     function explain(host) {
       tbody.querySelectorAll("tr.highlight").forEach((t) => t.classList.remove("highlight"));
+      highlighted = host;
       answer.textContent = whyNot(d, rows, host);
       if (filterBox.value) { filterBox.value = ""; draw(); }
       const tr = tbody.querySelector('tr[data-host="' + CSS.escape(host) + '"]');
