@@ -10,6 +10,11 @@
   let form = null;
   let policy = null;
 
+  // "+ added", "- removed", "~ changed" (policy-admin's diff lines).
+  function lineClass(line) {
+    return { "+": "add", "-": "del", "~": "chg" }[line.charAt(0)] || "";
+  }
+
   function diffLines(report) {
     // An ApplyReport {changes: [{kind, name, action, diff: [...], version}]}, or a bare diff.
     const out = [];
@@ -17,11 +22,11 @@
     if (changes) {
       for (const c of changes) {
         out.push({ cls: "hunk", text: c.kind + " " + c.name + ": " + c.action + (c.version ? " (version " + c.version + ")" : "") });
-        for (const line of c.diff || []) out.push({ cls: line.startsWith("+") ? "add" : line.startsWith("-") ? "del" : "", text: line });
+        for (const line of c.diff || []) out.push({ cls: lineClass(line), text: line });
       }
     } else if (report && report.diff) {
       const lines = Array.isArray(report.diff) ? report.diff : String(report.diff).split("\n");
-      for (const line of lines) out.push({ cls: String(line).startsWith("+") ? "add" : String(line).startsWith("-") ? "del" : "", text: String(line) });
+      for (const line of lines) out.push({ cls: lineClass(String(line)), text: String(line) });
     }
     return out;
   }
