@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from functools import partial
 
 import pytest
@@ -25,6 +25,7 @@ from vmsched.contracts import (
     PolicyOrigin,
     ScheduleDecision,
     VmSpec,
+    WhatIfReply,
 )
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
@@ -95,7 +96,8 @@ async def test_clusters_list_counts_each_cluster_with_its_policy(
         await asyncio.sleep(0.05)
     assert (listing[a].hosts, listing[a].vms) == (2, 0)
     assert (listing[b].hosts, listing[b].vms) == (3, 1)
-    assert listing[a].state_version >= 2 and listing[b].state_version >= 4
+    assert listing[a].state_version >= 2
+    assert listing[b].state_version >= 4
     assert listing[b].policy == "power_saving"
     assert listing[a].policy == default
 
@@ -149,14 +151,16 @@ async def test_whatif_is_schedule_without_its_traces(client: SchedulerClient, st
         assert reply.policy_origin is PolicyOrigin.CLUSTER
         verdicts = {v.host_id: v for v in reply.hosts}
         assert sorted(verdicts) == sorted([*hosts, "small", "down"])
-        assert verdicts["down"].passed is False and verdicts["down"].reason == NOT_UP
-        assert verdicts["small"].passed is False and verdicts["small"].filter == "Memory"
+        assert (verdicts["down"].passed, verdicts["down"].reason) == (False, NOT_UP)
+        assert (verdicts["small"].passed, verdicts["small"].filter) == (False, "Memory")
         assert verdicts["small"].reason
         ranked = sorted((v for v in reply.hosts if v.passed), key=lambda v: v.rank or 0)
-        assert [v.host_id for v in ranked][0] == reply.host_id
+        assert ranked[0].host_id == reply.host_id
         assert [v.rank for v in ranked] == [1, 2, 3]
         units = [w.unit for w in ranked[0].weights]
-        assert units and units == [u.unit for u in reply.explanation.scores.units]  # type: ignore[union-attr]
+        assert reply.explanation.scores is not None
+        assert units
+        assert units == [u.unit for u in reply.explanation.scores.units]
         assert all(len(v.weights) == len(units) for v in ranked)
         again = await client.what_if(cluster, vm(2))
         assert again.pending == 1
@@ -182,31 +186,25 @@ async def test_whatif_under_another_policy(client: SchedulerClient, stack: Setti
     # A stored policy by name, with a property override.
     stored = await client.what_if(cluster, vm(1), policy="power_saving", properties={"LowUtilization": "30"})
     assert (stored.policy, stored.policy_origin) == ("power_saving", PolicyOrigin.STORED)
-    assert stored.policy_version is not None and stored.policy_properties["LowUtilization"] == "30"
+    assert stored.policy_version is not None
+    assert stored.policy_properties["LowUtilization"] == "30"
 
 
 async def test_whatif_refusals_are_typed(client: SchedulerClient, stack: Settings, unique: str) -> None:
     cluster = f"wir-{unique}"
     await make_cluster(client, cluster, 1)
-    cases = [
-        ({"cluster_id": f"nowhere-{unique}"}, "unknown_cluster"),
-        ({"policy": f"no-such-{unique}"}, "policy_not_found"),
-        ({"policy_inline": PolicyDocument(name="typo", filters=[FilterEntry(unit="Memroy")])}, "invalid_policy"),
-        ({"properties": {"NoSuchProperty": "1"}}, "invalid_policy"),
+    typo = {"name": "t", "filters": [{"unit": "Memroy"}]}
+    cases: list[tuple[Awaitable[WhatIfReply], str]] = [
+        (client.what_if(f"nowhere-{unique}", vm(1)), "unknown_cluster"),
+        (client.what_if(cluster, vm(1), policy=f"no-such-{unique}"), "policy_not_found"),
+        (client.what_if(cluster, vm(1), policy_inline=typo), "invalid_policy"),
+        (client.what_if(cluster, vm(1), properties={"NoSuchProperty": "1"}), "invalid_policy"),
     ]
-    for change, code in cases:
-        args = {"cluster_id": cluster, **change}
+    for call, code in cases:
         with pytest.raises(RemoteError) as refused:
-            await client.what_if(args.pop("cluster_id"), vm(1), **args)  # type: ignore[arg-type]
-        assert refused.value.remote_code == code, change
-    assert "did you mean 'Memory'" in str(
-        (await _refusal(client.what_if(cluster, vm(1), policy_inline={"name": "t", "filters": [{"unit": "Memroy"}]})))
-    )
+            await call
+        assert refused.value.remote_code == code
+        if call is cases[2][0]:
+            assert "did you mean 'Memory'" in str(refused.value)
     with pytest.raises(ValidationError):
         await client.what_if(cluster, vm(1), policy="none", policy_inline=PolicyDocument(name="x"))
-
-
-async def _refusal(call: object) -> RemoteError:
-    with pytest.raises(RemoteError) as refused:
-        await call  # type: ignore[misc]
-    return refused.value

@@ -29,7 +29,7 @@ from vmsched.errors import NotAuthorized
 from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
 from vmsched_services.tools.security import rabbit_defs
-from vmsched_services.tools.security.roles import ADMIN, ENGINE, ROLES, SERVICE_ROLES, user_name
+from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, ROLES, SERVICE_ROLES, user_name
 from vmsched_services.tools.servers.rabbit import RabbitNode
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
@@ -97,6 +97,43 @@ async def test_each_role_does_its_job_declaring_nothing(stack: Settings, setting
     async with connect(as_role(settings, node, ADMIN), "admin") as bus:
         listing = await PolicyClient(bus=bus).read()
         assert listing.policies
+
+
+async def test_the_api_reads_over_the_bus_and_streams_events(
+    stack: Settings, settings: Settings, node: RabbitNode
+) -> None:
+    """The HTTP API's user: the engine's reads, the administrators' calls, its own event queues; no
+    event of its own, no internal route."""
+    cluster = f"api-{uuid.uuid4().hex[:6]}"
+    async with SchedulerClient(stack) as engine, connect(as_role(settings, node, API), API) as bus:
+        api = SchedulerClient(bus=bus)
+        events: asyncio.Queue[object] = asyncio.Queue()
+
+        async def follow() -> None:
+            async for event in api.events(cluster):
+                await events.put(event)
+
+        following = asyncio.create_task(follow())
+        try:
+            await engine.report_host(host_report(cluster, "h0", cpu_cores=16, physical_mem_mb=65536, mem_free_mb=60000))
+            await engine.wait_for_state(cluster, hosts=1)
+            assert (await api.what_if(cluster, VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1))).host_id == "h0"
+            decision = await engine.schedule(cluster, VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1))
+            seen = await asyncio.wait_for(events.get(), 10)
+            assert isinstance(seen, ScheduleDecision)
+            assert seen.request_id == decision.request_id
+            assert cluster in {s.cluster_id for s in (await api.clusters()).clusters}
+            assert (await api.recent_decisions(cluster)).decisions == [decision]
+            assert await api.decision(cluster, decision.request_id) == decision
+            assert (await PolicyClient(bus=bus).read()).policies
+        finally:
+            following.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await following
+        with pytest.raises(NotAuthorized, match=r"decision\.c1"):
+            await bus.publish(c.decision_key("c1"), PolicyQuery())
+        with pytest.raises(NotAuthorized, match=r"vmsched\.internal"):
+            await bus.call(c.RPC_PLACE, PolicyQuery(), PolicyListing)
 
 
 async def test_engine_cannot_publish_a_decision(stack: Settings) -> None:

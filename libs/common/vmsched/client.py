@@ -168,7 +168,8 @@ class SchedulerClient(BusClient):
         try:
             rid = request_id if isinstance(request_id, uuid.UUID) else uuid.UUID(request_id)
         except ValueError:
-            raise InvalidRequest(f"not a request id (a UUID): {str(request_id)[:100]!r}", location="request_id") from None
+            shown = str(request_id)[:100]
+            raise InvalidRequest(f"not a request id (a UUID): {shown!r}", location="request_id") from None
         ref = DecisionRef(cluster_id=cluster_id, request_id=rid)
         return await self.bus.call(c.RPC_DECISIONS_GET, ref, ScheduleDecision, timeout=timeout)
 

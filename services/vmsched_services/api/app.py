@@ -19,7 +19,14 @@ from vmsched.bus import connect
 from vmsched.client import SchedulerClient
 from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
-from vmsched_services.api import error_map, routes_clusters, routes_events, routes_policies, routes_simulate
+from vmsched_services.api import (
+    error_map,
+    routes_clusters,
+    routes_decisions,
+    routes_events,
+    routes_policies,
+    routes_simulate,
+)
 from vmsched_services.api.auth import TokenBook
 from vmsched_services.api.console import console_router
 from vmsched_services.api.deps import ApiState, Clients, Viewer
@@ -54,7 +61,7 @@ def api_router() -> APIRouter:
     async def whoami(who: Viewer) -> Whoami:
         return Whoami(name=who.name, role=who.role.label)
 
-    for module in (routes_policies, routes_clusters, routes_simulate, routes_events):
+    for module in (routes_policies, routes_decisions, routes_clusters, routes_simulate, routes_events):
         router.include_router(module.router)
     return router
 

@@ -94,8 +94,12 @@ def parse_tokens(text: str, source: str = "VMSCHED_API_TOKENS") -> list[TokenEnt
         match = _HASH.match(hashed)
         if match is None:
             raise UsageError(f"{where}: the third field is not sha256:<64 hex digits>", hint=form)
+        try:
+            parsed = Role.parse(role)
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc}", hint=exc.hint) from None
         names.add(name)
-        entries.append(TokenEntry(name, Role.parse(role), bytes.fromhex(match.group(1))))
+        entries.append(TokenEntry(name, parsed, bytes.fromhex(match.group(1))))
     return entries
 
 

@@ -20,7 +20,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from vmsched import constants as c
-from vmsched.errors import NoConsumer, RemoteError, RpcTimeout, VmschedError
+from vmsched.errors import NoConsumer, RemoteError, RequestTooLarge, RpcTimeout, VmschedError
 from vmsched.logging import get_logger
 
 log = get_logger("vmsched.api")
@@ -199,6 +199,12 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if getattr(request.state, "body_too_large", False):
+            too_large = RequestTooLarge(
+                f"the request body is larger than VMSCHED_API_MAX_BODY_BYTES "
+                f"({request.app.state.api.settings.api_max_body_bytes} bytes); it was not read to its end"
+            )
+            return await vmsched_error(request, too_large)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         body = error_body(code, str(exc.detail), request_id=request_id(request))
         return answer(exc.status_code, body, dict(exc.headers or {}))

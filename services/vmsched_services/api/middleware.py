@@ -23,9 +23,12 @@ from vmsched_services.api.error_map import error_body
 log = get_logger("vmsched.api")
 
 REQUEST_ID_HEADER = b"x-request-id"
+#: Set in the request's state when its body passed the cap (see RequestGuard._capped).
+BODY_TOO_LARGE = "body_too_large"
 
 
 def too_large(cap: int) -> RequestTooLarge:
+    """The error for a body over `cap` bytes."""
     return RequestTooLarge(
         f"the request body is larger than {cap} bytes (VMSCHED_API_MAX_BODY_BYTES); nothing was read"
     )
@@ -59,7 +62,10 @@ class RequestGuard:
                     sending, 413, error_body("request_too_large", str(too_large(self.cap)), request_id=rid)
                 )
             else:
-                await self.app(scope, self._capped(receive), sending)
+                await self.app(scope, self._capped(scope, receive), sending)
+        except RequestTooLarge as exc:
+            if not response_started[0]:
+                await self._refuse(sending, 413, error_body(exc.code, exc.message, request_id=rid))
         except Exception as exc:
             log.error("unexpected error", path=scope.get("path"), request_id=rid, exc_info=exc)
             if not response_started[0]:
@@ -79,9 +85,10 @@ class RequestGuard:
                     return False
         return False
 
-    def _capped(self, receive: Receive) -> Receive:
-        """`receive`, raising RequestTooLarge (413 through the error handlers) once the body read so far
-        passes the cap: a chunked body that never ends is not read to its end."""
+    def _capped(self, scope: Scope, receive: Receive) -> Receive:
+        """`receive`, raising RequestTooLarge once the body read so far passes the cap: a chunked body
+        that never ends is not read to its end. FastAPI turns any failure reading a body into a 400, so
+        the scope's state says why (BODY_TOO_LARGE), for error_map to answer 413."""
         seen = [0]
         cap = self.cap
 
@@ -90,6 +97,7 @@ class RequestGuard:
             if message["type"] == "http.request":
                 seen[0] += len(message.get("body", b""))
                 if seen[0] > cap:
+                    scope["state"][BODY_TOO_LARGE] = True
                     raise too_large(cap)
             return message
 
@@ -103,4 +111,4 @@ class RequestGuard:
         await send({"type": "http.response.body", "body": raw})
 
 
-__all__ = ["RequestGuard"]
+__all__ = ["BODY_TOO_LARGE", "RequestGuard", "too_large"]

@@ -21,6 +21,7 @@ from vmsched.contracts import (
 )
 from vmsched.contracts.base import Bool, Id, Int, Key, Name, PropertyValue, Text
 from vmsched.contracts.policies import MAX_PROPERTIES, MAX_UNITS, PolicyName, UnitRef
+from vmsched.errors import InvalidRequest
 
 
 class Model(BaseModel):
@@ -107,18 +108,22 @@ class PolicyIn(BaseModel):
     filters: list[FilterEntry | UnitRef] = Field(default_factory=list, max_length=MAX_UNITS)
     weights: list[WeightEntry] = Field(default_factory=list, max_length=MAX_UNITS)
     balances: list[BalanceEntry] = Field(default_factory=list, max_length=1, description="At most one.")
+    balance: UnitRef | None = Field(None, description="The balance unit as a policy file names it (or `balances`).")
     selector: Name = "RankSelector"
     properties: dict[Key, PropertyValue] = Field(default_factory=dict, max_length=MAX_PROPERTIES)
 
     def document(self, name: str) -> PolicyDocument:
         """The policy as `vmsched policy apply` reads it from a file."""
         filters = [FilterEntry(unit=f, position=FilterPosition.ANY) if isinstance(f, str) else f for f in self.filters]
+        balance = self.balances[0].unit if self.balances else self.balance
+        if self.balances and self.balance is not None and self.balance != balance:
+            raise InvalidRequest("`balance` and `balances` name different units: give one", location="body.balance")
         return PolicyDocument(
             name=name,
             description=self.description,
             filters=filters,
             weights=list(self.weights),
-            balance=self.balances[0].unit if self.balances else None,
+            balance=balance,
             selector=self.selector,
             properties=dict(self.properties),
         )
@@ -197,6 +202,17 @@ class AttachOut(Model):
     notes: list[str] = Field(description="What the change turns off or drops (an HA reservation, an override).")
 
 
+class WhatIfIn(Model):
+    """Where a VM would go now, and why, under the cluster's policy or another (nothing is stored)."""
+
+    vm: VmSpec = Field(description="The VM to place.")
+    policy: PolicyName | None = Field(None, description="A stored policy's name; null: the cluster's own.")
+    policy_inline: PolicyIn | None = Field(None, description="A policy not stored (as PUT takes it), to try.")
+    properties: dict[Key, PropertyValue] = Field(
+        default_factory=dict, max_length=MAX_PROPERTIES, description="Overrides of the policy's properties."
+    )
+
+
 class ScheduleIn(Model):
     """A VM to place, and the request's options (vmsched.contracts.ScheduleRequest)."""
 
@@ -223,6 +239,7 @@ __all__ = [
     "ScheduleIn",
     "UnitOut",
     "ValidationOut",
+    "WhatIfIn",
     "Whoami",
     "units_of",
 ]

@@ -121,12 +121,14 @@ def grants(settings: Settings) -> dict[str, Grant]:
     # The HTTP API calls the engine's routes and the administrators' (policy-admin authorizes each
     # administrative call by the broker-vouched user), gets its replies by direct reply-to (no
     # default exchange), and makes its own queues, bound to the events it streams, publishing none.
+    # Its queues dead-letter like every service's (declaring a queue with a dead-letter exchange
+    # needs write on that exchange; an event it cannot take goes there under its queue's name).
     api_queues = re.escape(n(c.own_queue(API, ""))) + "[0-9a-f]+"
     out[API] = Grant(
         configure=f"^{api_queues}$",
-        write=n.exact([c.RPC_EXCHANGE, c.ADMIN_EXCHANGE], raw=[api_queues]),
+        write=n.exact([c.RPC_EXCHANGE, c.ADMIN_EXCHANGE, c.DEAD_LETTER_EXCHANGE], raw=[api_queues]),
         read=n.exact([c.EVENTS_EXCHANGE], raw=[api_queues]),
-        topics={n(c.EVENTS_EXCHANGE): ("^$", _keys(API_FOLLOWS))},
+        topics={n(c.EVENTS_EXCHANGE): ("^$", _keys(API_FOLLOWS)), n(c.DEAD_LETTER_EXCHANGE): (".*", "^$")},
     )
     for role in SERVICE_ROLES:
         own_queues = re.escape(n(c.own_queue(role, ""))) + "[0-9a-f]+"
