@@ -113,7 +113,7 @@ def test_a_valid_token_becomes_the_session_cookie_and_opens_the_pages(http: Test
 
 def test_a_wrong_token_is_refused_and_a_stale_cookie_sends_to_the_login_page(http: TestClient) -> None:
     r = login(http, "vms_wrong")
-    assert r.status_code == 401  # type: ignore[attr-defined]
+    assert r.status_code == 200  # type: ignore[attr-defined]
     assert "not valid" in r.text  # type: ignore[attr-defined]
     assert "vmsched_session" not in r.headers.get("set-cookie", "")  # type: ignore[attr-defined]
     http.cookies.set("vmsched_session", "vms_wrong")

@@ -69,8 +69,7 @@ def _session_routes(router: APIRouter) -> None:
                 request,
                 next_url=next_url,
                 error="That token is not valid. Ask an administrator for a token from the API's tokens file.",
-                status_code=401,
-            )
+            )  # 200: the form again, with why (a 401 would read as a failed resource in the browser's console)
         response = RedirectResponse(next_url, status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
