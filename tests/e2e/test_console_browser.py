@@ -34,7 +34,9 @@ from vmsched.client import SchedulerClient
 from vmsched.settings import Settings
 from vmsched_services.api.auth import Role, entry_line
 
-playwright_api = pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
+pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
+
+from playwright.async_api import ConsoleMessage, Page, async_playwright
 
 pytestmark = pytest.mark.e2e
 
@@ -117,21 +119,26 @@ async def console(
         yield Console(f"http://127.0.0.1:{port}", token, cluster, hosts, cfg)
 
 
-async def shot(page: playwright_api.Page, name: str) -> None:
+async def shot(page: Page, name: str) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     print(f"screenshot: {path}")
 
 
-def watch(page: playwright_api.Page, problems: list[str]) -> None:
+def watch(page: Page, problems: list[str]) -> None:
     """Every console error and uncaught exception of `page`, noted."""
-    page.on("console", lambda m: problems.append(f"{page.url}: console {m.type}: {m.text}") if m.type == "error" else None)
+
+    def console_message(m: ConsoleMessage) -> None:
+        if m.type == "error":
+            problems.append(f"{page.url}: console error: {m.text}")
+
+    page.on("console", console_message)
     page.on("pageerror", lambda e: problems.append(f"{page.url}: uncaught: {e}"))
 
 
 async def test_the_console_end_to_end(console: Console) -> None:
-    async with playwright_api.async_playwright() as p:
+    async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"], headless=True)
         try:
             context = await browser.new_context(viewport={"width": 1280, "height": 800})
@@ -149,13 +156,13 @@ async def test_the_console_end_to_end(console: Console) -> None:
     assert console.problems == []
 
 
-async def sign_in(page: playwright_api.Page, c: Console) -> None:
+async def sign_in(page: Page, c: Console) -> None:
     await page.goto(f"{c.base}/console/policies")
     assert "/console/login" in page.url  # no session yet
     await shot(page, "login")
     await page.fill("#token", "vms_not-a-token")
     await page.click("button[type=submit]")
-    assert "not valid" in await page.text_content("#login-error")
+    assert "not valid" in (await page.text_content("#login-error") or "")
     await page.fill("#token", c.token)
     await page.click("button[type=submit]")
     await page.wait_for_url("**/console/policies")  # back where it was going
@@ -164,7 +171,7 @@ async def sign_in(page: playwright_api.Page, c: Console) -> None:
     await shot(page, "clusters")
 
 
-async def edit_a_policy(page: playwright_api.Page, c: Console) -> str:
+async def edit_a_policy(page: Page, c: Console) -> str:
     """Clone a built-in, attach the clone to the cluster, change a factor, preview, apply: version 2."""
     name = f"{c.cluster}-policy"
     await page.goto(f"{c.base}/console/policies/{BUILTIN}")
@@ -203,7 +210,7 @@ async def edit_a_policy(page: playwright_api.Page, c: Console) -> str:
     return name
 
 
-async def watch_a_decision_arrive(page: playwright_api.Page, c: Console, policy: str) -> dict[str, object]:
+async def watch_a_decision_arrive(page: Page, c: Console, policy: str) -> dict[str, object]:
     """With the cluster page open, a VM scheduled through the API appears without a reload."""
     await page.goto(f"{c.base}/console/clusters/{c.cluster}")
     await page.wait_for_selector(".live.on")
@@ -227,7 +234,7 @@ async def watch_a_decision_arrive(page: playwright_api.Page, c: Console, policy:
     return decision
 
 
-async def why_not(page: playwright_api.Page, c: Console, decision: dict[str, object]) -> None:
+async def why_not(page: Page, c: Console, decision: dict[str, object]) -> None:
     await page.click(f"#decisions li[data-request='{decision['request_id']}'] a")
     await page.wait_for_url(f"**/decisions/{decision['request_id']}")
     await page.wait_for_selector("#explain-table tbody tr")
@@ -249,7 +256,7 @@ async def why_not(page: playwright_api.Page, c: Console, decision: dict[str, obj
     await shot(page, "decision")
 
 
-async def what_if(page: playwright_api.Page, c: Console) -> None:
+async def what_if(page: Page, c: Console) -> None:
     await page.goto(f"{c.base}/console/whatif?cluster={c.cluster}")
     await page.fill("#mem", "4096")
     await page.click("#whatif button[type=submit]")
@@ -259,7 +266,7 @@ async def what_if(page: playwright_api.Page, c: Console) -> None:
     await shot(page, "whatif")
 
 
-async def simulate(page: playwright_api.Page, c: Console) -> None:
+async def simulate(page: Page, c: Console) -> None:
     await page.goto(f"{c.base}/console/simulation")
     await page.select_option("#policy-a", "none")
     await page.select_option("#policy-b", "power_saving")

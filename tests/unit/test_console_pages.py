@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
@@ -44,12 +45,13 @@ def http() -> TestClient:
     return TestClient(app, follow_redirects=False)
 
 
-def login(http: TestClient, token: str = TOKEN) -> object:
-    return http.post(
+def login(http: TestClient, token: str = TOKEN) -> httpx.Response:
+    response: httpx.Response = http.post(
         "/console/login",
         content=f"token={token}&next=%2Fconsole%2Fpolicies".encode(),
         headers={"content-type": "application/x-www-form-urlencoded"},
     )
+    return response
 
 
 @pytest.mark.parametrize("path", PAGES)
@@ -97,7 +99,7 @@ def test_a_valid_token_becomes_the_session_cookie_and_opens_the_pages(http: Test
     r = login(http)
     assert r.status_code == 303
     assert r.headers["location"] == "/console/policies"
-    cookie = r.headers["set-cookie"]  # type: ignore[attr-defined]
+    cookie = r.headers["set-cookie"]
     assert cookie.startswith(f"vmsched_session={TOKEN};")
     assert "HttpOnly" in cookie
     assert "SameSite=strict" in cookie
@@ -113,9 +115,9 @@ def test_a_valid_token_becomes_the_session_cookie_and_opens_the_pages(http: Test
 
 def test_a_wrong_token_is_refused_and_a_stale_cookie_sends_to_the_login_page(http: TestClient) -> None:
     r = login(http, "vms_wrong")
-    assert r.status_code == 200  # type: ignore[attr-defined]
-    assert "not valid" in r.text  # type: ignore[attr-defined]
-    assert "vmsched_session" not in r.headers.get("set-cookie", "")  # type: ignore[attr-defined]
+    assert r.status_code == 200
+    assert "not valid" in r.text
+    assert "vmsched_session" not in r.headers.get("set-cookie", "")
     http.cookies.set("vmsched_session", "vms_wrong")
     page = http.get("/console/policies")
     assert page.status_code == 303
