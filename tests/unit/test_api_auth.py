@@ -55,7 +55,8 @@ def test_a_tokens_file_is_read_line_by_line_skipping_comments() -> None:
     entries = parse_tokens(text)
     assert [(e.name, e.role) for e in entries] == [("alice", Role.ADMIN), ("bob", Role.VIEWER)]
     assert entries[0].digest == digest("a")
-    assert "sha256:" in text and "a\n" not in text.split("sha256:")[1]  # the token itself is not stored
+    assert "sha256:" in text
+    assert "a\n" not in text.split("sha256:")[1]
 
 
 @pytest.mark.parametrize(
@@ -83,12 +84,14 @@ def test_token_add_appends_a_hash_and_returns_the_token_once(tmp_path: Path) -> 
     path = tmp_path / "tokens"
     token = add_token(path, "alice", Role.ADMIN)
     second = add_token(path, "bob", Role.OPERATOR)
-    assert token.startswith("vms_") and token != second
+    assert token.startswith("vms_")
+    assert token != second
     assert token not in path.read_text()
     assert path.stat().st_mode & 0o777 == 0o600
     book = TokenBook.from_text(path.read_text())
     found = book.find(token)
-    assert found is not None and (found.name, found.role) == ("alice", Role.ADMIN)
+    assert found is not None
+    assert (found.name, found.role) == ("alice", Role.ADMIN)
     with pytest.raises(UsageError, match="already has a token named alice"):
         add_token(path, "alice", Role.VIEWER)
 
@@ -108,7 +111,8 @@ def test_a_token_is_compared_in_constant_time_with_every_entry(monkeypatch: pyte
 
     monkeypatch.setattr(hmac, "compare_digest", counted)
     found = BOOK.find(TOKENS["viewer"])  # the first entry: the others are compared all the same
-    assert found is not None and found.name == "viewer-user"
+    assert found is not None
+    assert found.name == "viewer-user"
     assert len(calls) == len(BOOK.entries)
     assert BOOK.find("nope") is None
 
@@ -164,10 +168,12 @@ async def test_healthz_needs_no_token(api: httpx.AsyncClient) -> None:
 
 async def test_no_token_is_401_and_a_bad_one_too(api: httpx.AsyncClient) -> None:
     r = await api.get("/api/v1/whoami")
-    assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == "Bearer"
     assert r.json()["error"]["code"] == "not_authenticated"
     r = await api.get("/api/v1/whoami", headers={"Authorization": "Bearer wrong"})
-    assert r.status_code == 401 and "not one this api knows" in r.json()["error"]["message"]
+    assert r.status_code == 401
+    assert "not one this api knows" in r.json()["error"]["message"]
 
 
 async def test_without_a_tokens_file_every_request_is_401_naming_the_setting() -> None:
@@ -194,7 +200,8 @@ async def test_a_policy_write_needs_an_admin(api: httpx.AsyncClient, role: str, 
 
 async def test_a_service_not_running_is_503_with_a_hint_and_no_traceback(api: httpx.AsyncClient) -> None:
     r = await api.get("/api/v1/schedulingpolicies", headers=bearer("viewer"))
-    assert r.status_code == 503 and r.headers["retry-after"]
+    assert r.status_code == 503
+    assert r.headers["retry-after"]
     error = r.json()["error"]
     assert error["code"] == "no_consumer"
     assert "vmsched run policy-admin" in error["hint"]
@@ -208,7 +215,8 @@ async def test_the_session_cookie_authenticates_and_unsafe_methods_need_the_cons
     r = await api.get("/api/v1/whoami")
     assert r.json() == {"name": "admin-user", "role": "admin"}
     r = await api.delete("/api/v1/schedulingpolicies/mine")
-    assert r.status_code == 403 and "X-Vmsched-Console" in r.json()["error"]["message"]
+    assert r.status_code == 403
+    assert "X-Vmsched-Console" in r.json()["error"]["message"]
     r = await api.delete("/api/v1/schedulingpolicies/mine", headers={"X-Vmsched-Console": "1"})
     assert r.status_code == 503  # past authentication: nothing serves policy.delete here
     api.cookies.clear()
@@ -239,7 +247,8 @@ async def test_malformed_json_is_422_with_its_location(api: httpx.AsyncClient) -
     )
     assert r.status_code == 422
     error = r.json()["error"]
-    assert error["code"] == "invalid_request" and error["location"].startswith("body")
+    assert error["code"] == "invalid_request"
+    assert error["location"].startswith("body")
     r = await api.post(
         "/api/v1/schedulingpolicies/mine/validate",
         json={"weights": [{"unit": "X", "factor": "big"}]},
@@ -251,4 +260,5 @@ async def test_malformed_json_is_422_with_its_location(api: httpx.AsyncClient) -
 
 async def test_an_unknown_path_is_404_in_the_error_form(api: httpx.AsyncClient) -> None:
     r = await api.get("/api/v1/nothing-here", headers=bearer("viewer"))
-    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    assert r.status_code == 404
+    assert r.json()["error"]["code"] == "not_found"

@@ -361,3 +361,33 @@ def test_docker_compose_config_accepts_the_file() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
+
+
+# ---------------------------------------------------------------- the HTTP API
+def test_the_api_runs_on_the_bus_alone_with_its_own_credentials(services: dict[str, dict[str, Any]]) -> None:
+    api = services["api"]
+    assert _argv(api) == ["vmsched", "run", "api"]
+    env = _environment(api)
+    assert env["VMSCHED_AMQP_URL_FILE"] == "/run/vmsched/amqp_url"
+    # No Redis, no PostgreSQL: the api talks to the bus only (and its role has no user there).
+    assert not {k for k in env if k.startswith(("VMSCHED_REDIS", "VMSCHED_POSTGRES"))}
+    assert env["VMSCHED_API_TOKENS_FILE"] == "/run/vmsched/api_tokens"
+    assert env["VMSCHED_API_HOST"] == "0.0.0.0"
+    mounts = [v for v in api["volumes"] if isinstance(v, dict) and v["source"] == "credentials"]
+    assert [(m["volume"]["subpath"], m["read_only"]) for m in mounts] == [("api", True)]
+    deps = _depends_on(api)
+    assert deps.get("rabbitmq") == "service_healthy"
+    assert not {"redis", "postgres", "migrate"} & set(deps)
+    assert api.get("restart") == "unless-stopped"
+    assert "/readyz" in " ".join(_healthcheck_argv(api))
+
+
+def test_the_api_publishes_its_port_on_the_loopback(services: dict[str, dict[str, Any]]) -> None:
+    assert services["api"]["ports"] == ["${VMSCHED_API_PUBLISH:-127.0.0.1:8080}:8080"]
+
+
+def test_the_api_user_administers_for_its_admin_tokens(services: dict[str, dict[str, Any]]) -> None:
+    admins = _environment(services["policy-admin"])["VMSCHED_ADMIN_USERS"].split(",")
+    assert "vmsched-api" in admins
+    command = " ".join(_exec_form(services["credentials"]["command"]))
+    assert " api;" in command  # its credentials directory is given to the services' user
