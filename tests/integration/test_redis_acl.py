@@ -189,6 +189,14 @@ async def test_every_service_does_its_job_under_its_own_user(
     listing = await client.bus.call(c.RPC_UNITS_LIST, UnitQuery(), UnitListing)
     assert {"filter-worker", "weigher", "balancer", "selector"} <= set(listing.running)
 
+    # The reads of callers without Redis, each made by a service under its own user: the state
+    # tracker's (clusters, decisions) and the selector's what-if.
+    recent_over_bus = await client.recent_decisions(cluster)
+    assert {d.request_id for d in placed} <= {d.request_id for d in recent_over_bus.decisions}
+    assert await client.decision(cluster, placed[0].request_id) == placed[0]
+    assert cluster in {s.cluster_id for s in (await client.clusters()).clusters}
+    assert (await client.what_if(cluster, vm_spec("maybe", mem_mb=1024, vcpus=1))).hosts
+
     await client.remove_hosts(cluster, ["c"])
     await client.wait_for_state(cluster, hosts=2)
 
