@@ -9,7 +9,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup servers migrate demo test lint bench faults contracts up clean
+.PHONY: setup servers browser migrate demo test lint bench faults contracts up clean
 
 # The example plugin package is installed too: its units are in every service's catalogue, and the
 # plugin tests (tests/unit/test_plugins.py, tests/e2e/test_plugin_units.py) use it.
@@ -25,10 +25,14 @@ $(STAMP): pyproject.toml $(EXAMPLE_UNITS)/pyproject.toml
 servers:
 	./scripts/servers.sh
 
+# Chromium for the console's browser tests (installed with apt-get when missing; they skip without it).
+browser:
+	./scripts/browser.sh
+
 migrate: $(STAMP) servers
 	$(BIN)/vmsched db migrate
 
-setup: migrate
+setup: migrate browser
 
 demo: setup
 	$(BIN)/vmsched demo
