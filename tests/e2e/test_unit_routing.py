@@ -5,6 +5,7 @@ plugin policy fails with `units_unavailable` naming the units and the worker lac
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import uuid
@@ -15,6 +16,7 @@ import pytest
 from tests.e2e.cli import attach_policy, vmsched
 from tests.e2e.conftest import ServiceStack
 from tests.factories import host_report
+from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, VmSpec
 from vmsched.scheduling.policy import Policy, PolicyFilter
@@ -24,6 +26,17 @@ pytestmark = pytest.mark.e2e
 DECISIONS = 12
 PLUGIN_UNITS = ["RackLabelFilter", "RackSpreadWeight"]
 REFUSED_LOG = "a request names units this instance lacks"
+
+
+async def queue_arguments(prefix: str) -> dict[str, str]:
+    """The local broker's queues named `prefix`..., with their arguments as rabbitmqctl prints them
+    ('[{"x-expires",86400000},...]')."""
+    proc = await asyncio.create_subprocess_exec(
+        "rabbitmqctl", "list_queues", "name", "arguments", "-q", "--no-table-headers", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    rows = (line.split("\t", 1) for line in out.decode().splitlines() if "\t" in line)
+    return {name: args for name, args in rows if name.startswith(prefix)}
 
 
 def racks_policy() -> Policy:
@@ -84,6 +97,10 @@ async def test_a_plugin_policy_goes_only_to_the_filter_worker_with_the_plugin(
     assert code == 0, err
     assert f"LACKS {', '.join(PLUGIN_UNITS)}" in out
     without_id = lacking[0]["instance"]
+    # Their queues, one per catalogue, expire once no worker uses them (a catalogue per plugin version).
+    catalogue_queues = await queue_arguments(f"{stack.settings.amqp_prefix}{c.RPC_QUEUES[c.RPC_PLACE]}.")
+    assert {name.rpartition(".")[2] for name in catalogue_queues} == {i["catalogue"] for i in workers}
+    assert all(f'{{"x-expires",{c.CATALOGUE_QUEUE_EXPIRES_MS}}}' in args for args in catalogue_queues.values())
 
     # Every decision under the plugin policy is placed, none sent to the worker without the plugin
     # (it would refuse it, logging so, and the selector would send it again).

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,9 @@ EXCLUDED: list[CheckFunction] = [not_a_server_error, positive_data_acceptance, n
 @schema.parametrize()
 @hypothesis.settings(
     max_examples=10,
+    # The same examples every run (CI asserts what must hold, it does not go hunting): a new failing
+    # input is found by running with VMSCHED_FUZZ_RANDOM=1 (or schemathesis's own CLI) and added.
+    derandomize=os.environ.get("VMSCHED_FUZZ_RANDOM") != "1",
     deadline=None,
     suppress_health_check=list(hypothesis.HealthCheck),
     phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate],

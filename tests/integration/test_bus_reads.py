@@ -164,7 +164,21 @@ async def test_whatif_is_schedule_without_its_traces(client: SchedulerClient, st
         assert all(len(v.weights) == len(units) for v in ranked)
         again = await client.what_if(cluster, vm(2))
         assert again.pending == 1
-        assert len(await PendingStore(redis, stack).read(cluster)) == 1
+        [record] = await PendingStore(redis, stack).read(cluster)
+        # The state the tracker answers lists it (the console's cluster page shows it), until the VM
+        # is reported running.
+        state = await client.state(cluster)
+        assert [(p.vm_id, p.host_id, p.request_id) for p in state.pending] == [
+            ("vm-1", decision.host_id, decision.request_id)
+        ]
+        assert state.pending == [record]
+        assert decision.host_id is not None
+        await client.report_vm(factories.vm_report(cluster, "vm-1", decision.host_id, mem_mb=1024, vcpus=1))
+        for _ in range(100):
+            if not (state := await client.state(cluster)).pending:
+                break
+            await asyncio.sleep(0.05)
+        assert state.pending == []
     finally:
         await redis.aclose()
 

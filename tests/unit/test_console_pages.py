@@ -7,7 +7,9 @@ nothing is loaded from elsewhere, data is escaped, the scripts never parse data 
 
 from __future__ import annotations
 
+import fnmatch
 import re
+import tomllib
 from pathlib import Path
 
 import httpx
@@ -202,3 +204,12 @@ def test_every_page_has_one_h1_and_labelled_controls() -> None:
             ident = re.search(r'id="([^"]+)"', attrs)
             assert ident, (path.name, attrs)
             assert f'for="{ident.group(1)}"' in text or "aria-label" in attrs, (path.name, attrs)
+
+
+def test_every_console_file_is_in_the_package_data_a_regular_install_takes() -> None:
+    pyproject = tomllib.loads((PACKAGE.parents[3] / "pyproject.toml").read_text())
+    globs = pyproject["tool"]["setuptools"]["package-data"]["vmsched_services"]
+    services = PACKAGE.parents[1]
+    files = [p.relative_to(services).as_posix() for d in (STATIC, TEMPLATES) for p in d.rglob("*") if p.is_file()]
+    assert files
+    assert [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []

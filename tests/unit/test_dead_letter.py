@@ -4,10 +4,12 @@ and which of them can be sent again where they were going."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from vmsched import constants as c
 from vmsched.bus import DeadLetter
 from vmsched.bus.dispatch import HEADER_ATTEMPTS, HEADER_DEADLINE, HEADER_TRUNCATED, Delivery, dead_letter_copy
+from vmsched_services.tools.ops import _find
 
 OURS = ("vmsched.rpc", "vmsched.events", "")
 
@@ -86,3 +88,22 @@ def test_what_cannot_be_sent_again_says_why() -> None:
         None,
         "its original exchange was not recorded",
     )
+
+
+async def test_an_id_made_only_of_digits_is_found_as_an_id_not_taken_for_a_position() -> None:
+    def letter(ident: str) -> DeadLetter:
+        return DeadLetter.parse("q", b"{}", {c.HEADER_DLX_REASON: "bad", c.HEADER_DLX_ID: ident})
+
+    class Queue:
+        """The dead-letter queue's contents, oldest first (what Bus.dead_letters reads)."""
+
+        def __init__(self) -> None:
+            self.letters = [letter("0a1b2c3d4e5f"), letter("141665886796")]
+
+        async def dead_letters(self, limit: int) -> list[DeadLetter]:
+            return self.letters[:limit]
+
+    queue: Any = Queue()
+    assert (await _find(queue, "141665886796"))[0] == 2  # one id in ~400 is all digits
+    assert (await _find(queue, "2"))[1].id == "141665886796"  # a short number is a position
+    assert (await _find(queue, "0a1b2c3d4e5f"))[0] == 1

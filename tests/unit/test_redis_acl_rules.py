@@ -140,7 +140,8 @@ def test_who_may_write_what() -> None:
     assert readers(k.state_hosts(cluster)) >= {"filter-worker", "weigher", "selector", "balancer", "ha-monitor"}
     for worker in ("filter-worker", "weigher"):
         assert worker not in readers(k.pending(cluster)) | readers(k.lock(cluster)) | readers(k.decision(cluster, "r"))
-    assert readers(k.unit_catalogue("weigher", "i1")) == {"weigher", "policy-admin"}
+    # Policy-admin checks a policy's units against them, the selector routes around workers lacking some.
+    assert readers(k.unit_catalogue("weigher", "i1")) == {"weigher", "policy-admin", "selector"}
     assert readers(k.decision(cluster, "r1")) == {"selector", "state-tracker", ADMIN}
 
 

@@ -96,6 +96,21 @@ def test_among_several_catalogues_having_the_units_the_most_shared_one_wins() ->
     assert choose_route(c.RPC_PLACE, ["RackLabelFilter", "Other"], workers) == f"place.{catalogue_hash(extra)}"
 
 
+def test_a_catalogue_found_with_no_consumer_is_left_out_whatever_its_announcement_says() -> None:
+    extra = {**PLUGIN, "Other": "other-units 1.0"}
+    workers = [
+        instance("filter-worker", "a", extra),
+        instance("filter-worker", "b", PLUGIN),
+        instance("filter-worker", "c", BUILTINS),
+    ]
+    # b's catalogue queue had no consumer: a (a catalogue of its own, with the units too) takes it.
+    gone = [catalogue_hash(PLUGIN)]
+    assert choose_route(c.RPC_PLACE, ["RackLabelFilter"], workers, gone=gone) == f"place.{catalogue_hash(extra)}"
+    # Nobody left with the units: refused, naming the one still running without them.
+    with pytest.raises(UnitsUnavailable, match="filter-worker c"):
+        choose_route(c.RPC_PLACE, ["RackLabelFilter"], workers, gone=[*gone, catalogue_hash(extra)])
+
+
 def test_no_worker_with_every_unit_names_each_instance_and_what_it_lacks() -> None:
     workers = [instance("filter-worker", "fw-1", BUILTINS), instance("filter-worker", "fw-2", PLUGIN)]
     with pytest.raises(UnitsUnavailable) as refused:

@@ -117,6 +117,10 @@ CATALOGUE_ROUTES: Final[dict[str, str]] = {
 }
 #: Hex digits of a catalogue's hash (vmsched.store.catalogues.catalogue_hash).
 CATALOGUE_HASH_LENGTH: Final = 12
+#: A catalogue route's queue no worker has consumed for this long is deleted by the broker (x-expires):
+#: catalogues change with every plugin version, and a queue named after an old one would stay for ever.
+#: Long enough that no outage of Redis (workers pause their consumers meanwhile) outlasts it.
+CATALOGUE_QUEUE_EXPIRES_MS: Final = 24 * 3600 * 1000
 
 
 def catalogue_route(route: str, catalogue: str) -> str:
@@ -273,6 +277,9 @@ HEADER_DLX_EXCHANGE: Final = "x-vmsched-original-exchange"
 #: When it was dead-lettered (unix time in integer milliseconds) and a short id naming it for tools.
 HEADER_DLX_TIME: Final = "x-vmsched-dead-lettered-ms"
 HEADER_DLX_ID: Final = "x-vmsched-dead-letter-id"
+#: How many hex digits a dead letter's id has (tools tell an id from a position by it: an id may be
+#: all digits).
+DEAD_LETTER_ID_LENGTH: Final = 12
 
 # ---------------------------------------------------------------- Redis keys
 # All keys start with the configured prefix (default "vmsched"), which tests vary for isolation.

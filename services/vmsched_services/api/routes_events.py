@@ -19,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-from collections.abc import AsyncIterator
-from typing import Annotated
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from vmsched.contracts import HaAlert, HaRecovered, Message, MigrationDecision, PowerAction, ScheduleDecision
 from vmsched.errors import InvalidRequest
@@ -97,6 +98,13 @@ async def events(
     buffer = Buffer(settings.api_events_queue)
     subscription = await cl.scheduler.subscribe_events(_cluster(cluster), buffer.put)
     keepalive = settings.api_events_keepalive_s
+    cancelled = False
+
+    async def unsubscribe() -> None:
+        nonlocal cancelled
+        if not cancelled:
+            cancelled = True
+            await asyncio.shield(subscription.cancel())
 
     async def stream() -> AsyncIterator[bytes]:
         try:
@@ -114,10 +122,26 @@ async def events(
                     yield frame(EVENT_NAMES.get(type(event), "message"), event.model_dump_json())
         finally:
             # The client went away (Starlette cancels the stream) or the server stops.
-            await asyncio.shield(subscription.cancel())
+            await unsubscribe()
 
     headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-    return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+    return EventStream(stream(), unsubscribe, media_type="text/event-stream", headers=headers)
 
 
-__all__ = ["router"]
+class EventStream(StreamingResponse):
+    """A StreamingResponse that ends its subscription however the response ends: a client gone
+    before the stream's first byte leaves the generator unstarted (its `finally` never runs), and
+    one gone mid-send raises out of Starlette before its background tasks."""
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], Awaitable[None]], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._on_close()
+
+
+__all__ = ["EventStream", "router"]

@@ -145,7 +145,11 @@ class StateTracker:
             log.info("resync complete for a generation not awaited; ignored", cluster=done.cluster_id)
 
     async def handle_state(self, req: StateRequest) -> ClusterState:
-        return await self.rt.state.snapshot(req.cluster_id)
+        # Pending read first, as the selector reads it: a record cleared meanwhile shows its VM in
+        # the state instead, never nowhere.
+        pending = await self.pending.read(req.cluster_id)
+        state = await self.rt.state.snapshot(req.cluster_id)
+        return state.model_copy(update={"pending": pending})
 
 
 async def start(rt: Runtime) -> None:

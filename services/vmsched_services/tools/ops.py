@@ -129,8 +129,11 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
 
 
 async def _find(bus: Bus, target: str) -> tuple[int, DeadLetter]:
-    """A dead letter by position in the queue (1 is the oldest) or by id."""
-    if target.isdigit():
+    """A dead letter by position in the queue (1 is the oldest) or by id (one in 400 ids is all
+    digits: a number as long as an id is one)."""
+    from vmsched import constants as c
+
+    if target.isdigit() and len(target) < c.DEAD_LETTER_ID_LENGTH:
         n = int(target)
         if n < 1:
             raise UsageError("dead letters are numbered from 1 (the oldest)")

@@ -134,7 +134,7 @@ class DeadLetter:
         ident = _text(h[c.HEADER_DLX_ID]) if c.HEADER_DLX_ID in h else ""
         if not ident:
             seen = f"{queue}\0{routing_key}\0{reason}\0{when}\0".encode() + body
-            ident = hashlib.sha256(seen).hexdigest()[:12]
+            ident = hashlib.sha256(seen).hexdigest()[: c.DEAD_LETTER_ID_LENGTH]
         return cls(queue, routing_key, reason, body, h, exchange, service, when, ident, type_)
 
     @property

@@ -182,7 +182,7 @@ def dead_letter_copy(
             c.HEADER_DLX_ROUTING_KEY: delivery.original_routing_key,
             c.HEADER_DLX_EXCHANGE: delivery.original_exchange,
             c.HEADER_DLX_TIME: int(time.time() * 1000),
-            c.HEADER_DLX_ID: uuid.uuid4().hex[:12],
+            c.HEADER_DLX_ID: uuid.uuid4().hex[: c.DEAD_LETTER_ID_LENGTH],
         }
     )
     body = delivery.body

@@ -278,10 +278,10 @@ class RunningInstance(Message):
     instance: Annotated[str, StringConstraints(min_length=1, max_length=255)] = Field(
         description="Its id among the service's instances (host, process id, a random part)."
     )
-    catalogue: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{1,64}$")] = Field(
+    catalogue: Annotated[str, StringConstraints(max_length=64, pattern=r"^[0-9a-f]{1,64}$")] = Field(
         description="The hash of its units and their origins: workers alike share the queues named after it."
     )
-    units: Int = Field(ge=0, description="How many units it has.")
+    units: Int = Field(ge=0, le=100_000, description="How many units it has.")
     plugins: dict[Name, Text] = Field(
         default_factory=dict, max_length=10_000, description="Its units from plugins -> their origin."
     )

@@ -21,6 +21,7 @@ from vmsched.contracts.base import (
     ShortValue,
     Text,
 )
+from vmsched.contracts.scheduling import PendingEntry
 
 #: A host group's (Nova aggregate's) metadata: Nova stores an aggregate's keys and values as String(255).
 GroupMetadata = Annotated[dict[Key, ShortValue], Field(max_length=256)]
@@ -295,3 +296,9 @@ class ClusterState(Message):
         description="Every host reported, with what its VMs add up to (vmsched is built for up to 10,000 hosts).",
     )
     vms: list[VmReport] = Field(max_length=2_000_000, description="Every VM's last report.")
+    pending: list[PendingEntry] = Field(
+        default_factory=list,
+        max_length=2_000_000,
+        description="Resources held by placements the engine has not reported running yet (the state tracker's "
+        "answer to a state request lists them; they count on their hosts until reported or expired).",
+    )

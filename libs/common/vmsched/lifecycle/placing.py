@@ -31,7 +31,7 @@ from vmsched.contracts import (
     ScoreTable,
     VmSpec,
 )
-from vmsched.errors import RemoteError, UnitsUnavailable, VmschedError
+from vmsched.errors import NoConsumer, RemoteError, UnitsUnavailable, VmschedError
 from vmsched.lifecycle.calls import filter_call, place_call, weigh_call
 from vmsched.lifecycle.decisions import EXPIRED_WHILE_PLACING, expired, expired_decision
 from vmsched.lifecycle.events import Events
@@ -66,16 +66,24 @@ class Placing:
         """`send` to the route of a worker having every one of `units` (vmsched.lifecycle.routes);
         UnitsUnavailable when none runs. A worker answering that it lacks some (it started since the
         catalogues were read, and refused before doing anything) has the catalogues read again and
-        the call sent once more."""
+        the call sent once more. A catalogue route nobody consumes any more (its last worker stopped
+        since: its announcement may outlive it by up to the catalogue TTL) is left out and the call
+        sent once more, so it is UnitsUnavailable when no other worker has the units."""
         if self.routes is None:
             return await send(route)
+        chosen = await self.routes.route(route, units, policy=policy.name)
+        gone: list[str] = []
         try:
-            return await send(await self.routes.route(route, units, policy=policy.name))
+            return await send(chosen)
         except RemoteError as exc:
             if exc.remote_code != UnitsUnavailable.code:
                 raise
-            self.routes.forget()
-        return await send(await self.routes.route(route, units, policy=policy.name))
+        except NoConsumer:
+            if chosen == route:
+                raise
+            gone.append(chosen.rpartition(".")[2])
+        self.routes.forget()
+        return await send(await self.routes.route(route, units, policy=policy.name, gone=gone))
 
     @property
     def may_wait(self) -> bool:

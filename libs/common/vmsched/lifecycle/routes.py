@@ -45,11 +45,20 @@ def lacking(units: Collection[str], instances: Sequence[Announcement]) -> list[t
     return [(a, missing) for a, missing in found if missing]
 
 
-def choose_route(route: str, units: Collection[str], instances: Sequence[Announcement], *, policy: str = "") -> str:
+def choose_route(
+    route: str,
+    units: Collection[str],
+    instances: Sequence[Announcement],
+    *,
+    policy: str = "",
+    gone: Collection[str] = (),
+) -> str:
     """The route a `route` call under a policy using `units` goes to, given the live `instances`
-    (of every service; those of the route's service count). See the module docstring."""
+    (of every service; those of the route's service count) but those of the catalogues `gone`
+    (found with no worker consuming, whatever their announcements still say). See the module
+    docstring."""
     service = c.CATALOGUE_ROUTES[route]
-    workers = [a for a in instances if a.service == service]
+    workers = [a for a in instances if a.service == service and a.catalogue not in gone]
     without = lacking(units, workers)
     if not without:
         return route
@@ -92,12 +101,12 @@ class UnitRoutes:
         """Read the catalogues again on the next call (a worker said it lacks units: they changed)."""
         self._read_at = float("-inf")
 
-    async def route(self, route: str, units: Collection[str], *, policy: str = "") -> str:
+    async def route(self, route: str, units: Collection[str], *, policy: str = "", gone: Collection[str] = ()) -> str:
         """The route for a `route` call under `policy`, which uses `units`; UnitsUnavailable (logged)
-        when no live worker of the route's service has every one."""
+        when no live worker of the route's service (but those of the catalogues `gone`) has every one."""
         instances = await self._live()
         try:
-            return choose_route(route, units, instances, policy=policy)
+            return choose_route(route, units, instances, policy=policy, gone=gone)
         except UnitsUnavailable as exc:
             now = time.monotonic()
             if now - self._logged.get(policy, float("-inf")) >= LOG_EVERY_S:

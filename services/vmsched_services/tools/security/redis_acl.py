@@ -157,14 +157,16 @@ ACCESS: Final[Mapping[str, Access]] = {
     # The request lifecycle (vmsched.lifecycle): the cluster lock and its fence (ClusterLock, whose
     # acquire script checks the generation), a new generation when Redis forgot (vmsched.recovery:
     # the marker and the resync flag), pending records (PendingStore), decisions and their history
-    # (DecisionStore), and the state through StateCache, with the VMs' records for the replay check.
+    # (DecisionStore), and the state through StateCache, with the VMs' records for the replay check;
+    # the units every running worker announced (vmsched.lifecycle.routes: which workers get a policy).
     "selector": _service(
         "selector",
         [LOCK, FENCE, GENERATION, RESYNC, PENDING, PENDING_VERSION, DECISION, DECISION_HISTORY],
-        [*_STATE_READ, STATE_VMS],
+        [*_STATE_READ, STATE_VMS, ALL_UNITS],
         _GENERATION,
         _STATE_CACHE,
         ("incr", "hset", "hget", "hdel", "exists", "type", "zcard", "zremrangebyrank", "zrevrange"),
+        ("zrange", "mget"),
     ),
     # StateCache only: the hosts' table at a request's version.
     "filter-worker": _service("filter-worker", [], _STATE_READ, _STATE_CACHE),

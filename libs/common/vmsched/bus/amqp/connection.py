@@ -269,11 +269,14 @@ class BrokerLink:
         first on a throwaway channel, because a refusal closes the channel it came on.
 
         `always`: declared even under VMSCHED_AMQP_DECLARE=false, for a queue no definitions can
-        make in advance (a catalogue route's, named after the worker's unit catalogue).
+        make in advance (a catalogue route's, named after the worker's unit catalogue); such a queue
+        also expires once unused for constants.CATALOGUE_QUEUE_EXPIRES_MS.
         """
         wanted = self.durable_queue_arguments()
         if single_active:
             wanted["x-single-active-consumer"] = True
+        if always:
+            wanted["x-expires"] = c.CATALOGUE_QUEUE_EXPIRES_MS
         if not (self.declares or always):
             return await ch.declare_queue(name, passive=True)
         probe = await self.plain_connection().channel()
