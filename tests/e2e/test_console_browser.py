@@ -83,6 +83,7 @@ class Console:
     cluster: str
     hosts: list[str]
     settings: Settings
+    viewer_token: str = ""
     problems: list[str] = field(default_factory=list)
 
 
@@ -90,14 +91,19 @@ class Console:
 async def console(
     settings: Settings, migrated_database: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Console]:
-    token = f"vms_console-e2e-{uuid.uuid4().hex}"
+    token, viewer = f"vms_console-e2e-{uuid.uuid4().hex}", f"vms_console-viewer-{uuid.uuid4().hex}"
     tokens_file = tmp_path_factory.mktemp("api") / "tokens"
-    tokens_file.write_text(f"# made by {__name__}\n{entry_line('console-e2e', Role.ADMIN, token)}\n")
+    tokens_file.write_text(
+        f"# made by {__name__}\n{entry_line('console-e2e', Role.ADMIN, token)}\n"
+        f"{entry_line('console-viewer', Role.VIEWER, viewer)}\n"
+    )
     port = free_port()
     cfg = settings.model_copy(
         update={
             "postgres_url": migrated_database,
             **SERVICE_OVERRIDES,
+            # The api's broker user here is the test's: policy-admin takes its word for whose token it is.
+            "api_users": settings.amqp_user or "guest",
             "api_host": "127.0.0.1",
             "api_port": port,
             "api_tokens": tokens_file.read_text(),
@@ -116,7 +122,7 @@ async def console(
                 cpu_cores=8,
                 physical_mem_mb=32000,
             )
-        yield Console(f"http://127.0.0.1:{port}", token, cluster, hosts, cfg)
+        yield Console(f"http://127.0.0.1:{port}", token, cluster, hosts, cfg, viewer)
 
 
 async def shot(page: Page, name: str) -> None:
@@ -154,6 +160,31 @@ async def test_the_console_end_to_end(console: Console) -> None:
         finally:
             await browser.close()
     assert console.problems == []
+
+
+async def test_a_viewer_sees_which_controls_need_another_role(console: Console) -> None:
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=BROWSER, args=["--no-sandbox"], headless=True)
+        try:
+            context = await browser.new_context(viewport={"width": 1280, "height": 800})
+            context.set_default_timeout(TIMEOUT_MS)
+            page = await context.new_page()
+            problems: list[str] = []
+            watch(page, problems)
+            await page.goto(f"{console.base}/console/login?next=/console/policies/power_saving")
+            await page.fill("#token", console.viewer_token)
+            await page.click("button[type=submit]")
+            await page.wait_for_url("**/console/policies/power_saving")
+            assert "viewer" in (await page.text_content("#role-note") or "")
+            assert await page.is_disabled("#apply")
+            assert "admin role" in (await page.get_attribute("#apply", "title") or "")
+            assert await page.is_enabled("#preview")  # checking and previewing are reads
+            await page.goto(f"{console.base}/console/whatif")
+            assert await page.is_disabled("button[data-needs=operator]")
+            await shot(page, "viewer-whatif")
+        finally:
+            await browser.close()
+    assert problems == []
 
 
 async def sign_in(page: Page, c: Console) -> None:
@@ -206,6 +237,8 @@ async def edit_a_policy(page: Page, c: Console) -> str:
     await page.click("#apply")
     await page.wait_for_selector("#badges :text('version 2')")
     await page.wait_for_selector("#history button.rollback[data-version='1']")
+    # The history names the person behind the token, as the api vouched for them.
+    assert "for console-e2e" in (await page.text_content("#history") or "")
     await shot(page, "policy-applied")
     return name
 
@@ -229,6 +262,10 @@ async def watch_a_decision_arrive(page: Page, c: Console, policy: str) -> dict[s
     assert decision["policy_version"] == 2
     item = page.locator(f"#decisions li[data-request='{decision['request_id']}']")
     await item.wait_for()
+    # Its resources are pending on the chosen host until the engine reports the VM running.
+    await page.wait_for_selector(
+        f"#pending tbody tr:has(td:text-is('console-vm')):has(td:text-is('{decision['host_id']}'))"
+    )
     await page.select_option("#metric", "mem")
     await shot(page, "cluster")
     return decision

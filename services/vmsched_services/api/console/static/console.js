@@ -152,14 +152,28 @@
     return [];
   }
 
+  // Whether the signed-in token's role reaches `needed` (viewer < operator < admin). The API decides
+  // (403 otherwise); this only keeps controls the role cannot use from looking usable.
+  const ROLES = ["viewer", "operator", "admin"];
+  function may(needed) {
+    return ROLES.indexOf(document.body.dataset.role || "") >= ROLES.indexOf(needed);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     const close = document.querySelector("#banner .banner-close");
     if (close) close.addEventListener("click", clearBanner);
+    for (const control of document.querySelectorAll("[data-needs]")) {
+      if (!may(control.dataset.needs)) {
+        control.disabled = true;
+        control.title = "Needs a token with the " + control.dataset.needs + " role";
+        control.after(el("span", { class: "small needs-role" }, " needs a token with the " + control.dataset.needs + " role"));
+      }
+    }
   });
   window.addEventListener("unhandledrejection", (event) => {
     banner(event.reason instanceof Error ? event.reason : new Error(String(event.reason)));
     event.preventDefault();
   });
 
-  window.vm = { api, ApiError, el, clear, banner, clearBanner, notice, initial, debounce, guarded, when, num, list, toLogin };
+  window.vm = { api, ApiError, el, clear, banner, clearBanner, notice, initial, debounce, guarded, when, num, list, toLogin, may };
 })();

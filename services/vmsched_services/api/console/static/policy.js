@@ -71,7 +71,7 @@
     for (const v of versions) {
       const current = v.version === policy.version;
       const cell = current ? el("span", { class: "muted" }, "current")
-        : el("button", { type: "button", class: "rollback", "data-version": v.version, disabled: policy.locked, onclick: vm.guarded(async () => {
+        : el("button", { type: "button", class: "rollback", "data-version": v.version, "data-needs": "admin", disabled: policy.locked || !vm.may("admin"), onclick: vm.guarded(async () => {
           const report = await api("POST", path + "/rollback", { version: v.version });
           vm.notice("Rolled back to version " + v.version + (report && report.version ? ": stored as version " + report.version : "") + ".");
           await reload();
