@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.factories import host_report
@@ -28,7 +30,7 @@ from vmsched.errors import NoConsumer, RemoteError
 from vmsched.settings import Settings
 from vmsched_services.tools.procs import service_command
 from vmsched_services.tools.security.credentials import OPS
-from vmsched_services.tools.security.roles import SERVICE_ROLES
+from vmsched_services.tools.security.roles import API, SERVICE_ROLES
 from vmsched_services.tools.servers.base import free_port
 from vmsched_services.tools.servers.postgres import PrivatePostgres
 from vmsched_services.tools.servers.rabbit import RabbitNode
@@ -45,6 +47,9 @@ URL_FILES = {"amqp_url": "VMSCHED_AMQP_URL_FILE", "redis_url": "VMSCHED_REDIS_UR
 class Deployment:
     credentials: Path
     logs: Path
+    #: The api's port and an admin token of its tokens file (made by `vmsched api token add`).
+    api_port: int = 0
+    api_token: str = ""
 
     def env(self, role: str) -> dict[str, str]:
         """A process of `role`: its URL files and the role's settings, nothing else of vmsched's."""
@@ -69,6 +74,10 @@ class Deployment:
             timeout=120,
             check=False,
         )
+
+    @property
+    def api_tokens(self) -> Path:
+        return self.credentials / API / "api_tokens"
 
     def settings(self, role: str) -> Settings:
         saved = dict(os.environ)
@@ -122,10 +131,13 @@ async def deployment(tmp: Path, ports: dict[str, int], creds: Path) -> AsyncIter
         for server in (rabbit, redis, postgres):
             await server.start()
             stack.push_async_callback(server.stop)
-        d = Deployment(creds, tmp / "logs")
+        d = Deployment(creds, tmp / "logs", api_port=free_port())
         for step in (["db", "migrate"], ["security", "apply", str(creds), "--postgres"]):
             done = await asyncio.to_thread(d.vmsched, OPS, *step)
             assert done.returncode == 0, done.stdout + done.stderr
+        made = d.vmsched(OPS, "api", "token", "add", "alice", "--role", "admin", "--file", str(d.api_tokens))
+        assert made.returncode == 0, made.stderr
+        d.api_token = made.stdout.split()[-1]
         with services(d):
             yield d
         postgres.remove()
@@ -135,9 +147,12 @@ async def deployment(tmp: Path, ports: dict[str, int], creds: Path) -> AsyncIter
 def services(d: Deployment) -> Iterator[None]:
     d.logs.mkdir(exist_ok=True)
     procs = []
-    for role in SERVICE_ROLES:
+    for role in (*SERVICE_ROLES, API):
+        env = d.env(role)
+        if role == API:
+            env |= {"VMSCHED_API_PORT": str(d.api_port), "VMSCHED_API_TOKENS_FILE": str(d.api_tokens)}
         log = (d.logs / f"{role}.log").open("wb")
-        procs.append(subprocess.Popen(service_command(role), env=d.env(role), stdout=log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(service_command(role), env=env, stdout=log, stderr=subprocess.STDOUT))
     try:
         yield
     finally:
@@ -193,3 +208,26 @@ def test_administration_serves_the_administrator_and_refuses_the_engine(deployme
     assert engine.returncode != 0
     assert "RabbitMQ refused" in engine.stderr
     assert "Traceback" not in engine.stderr
+
+
+async def test_the_api_runs_as_its_role_and_writes_on_behalf_of_the_tokens_person(deployment: Deployment) -> None:
+    """The api with its own broker user (no Redis, no PostgreSQL): reads, and an administrator's
+    write that policy-admin audits as "vmsched-api for alice"."""
+    headers = {"Authorization": f"Bearer {deployment.api_token}"}
+    name = f"via-api-{uuid.uuid4().hex[:6]}"
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{deployment.api_port}", timeout=30) as http:
+        for _ in range(180):  # the process takes a while to start
+            with contextlib.suppress(httpx.TransportError):
+                if (await http.get("/healthz")).status_code == 200:
+                    break
+            await asyncio.sleep(0.5)
+        assert (await http.get("/api/v1/whoami", headers=headers)).json() == {"name": "alice", "role": "admin"}
+        assert (await http.get("/api/v1/schedulingpolicies")).status_code == 401
+        listed = await http.get("/api/v1/schedulingpolicies", headers=headers)
+        assert listed.status_code == 200, listed.text
+        cloned = await http.post("/api/v1/schedulingpolicies/none/clone", json={"name": name}, headers=headers)
+        assert cloned.status_code == 201, cloned.text
+    audit = deployment.vmsched("admin", "audit", "--json")
+    assert audit.returncode == 0, audit.stderr
+    entries = [e for e in json.loads(audit.stdout) if e["target"] == name]
+    assert [(e["actor"], e["action"]) for e in entries] == [("vmsched-api for alice", "policy.cloned")]

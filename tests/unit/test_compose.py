@@ -309,7 +309,8 @@ def test_dockerfile_installs_the_project() -> None:
         argv = shlex.split(args)
         assert "-e" not in argv, "the image must not use an editable install"
         assert "--editable" not in argv, "the image must not use an editable install"
-    assert any(re.search(r"pip install (?:\S+ )*\.(?:\s|$)", args) for args in installs)
+    # The project itself (".", with extras or not: ".[tracing]"), not a copy from an index.
+    assert any(re.search(r"pip install (?:\S+ )*[\"']?\.(?:\[[a-z,]+\])?[\"']?(?:\s|$)", args) for args in installs)
 
 
 def test_dockerfile_runs_as_non_root() -> None:

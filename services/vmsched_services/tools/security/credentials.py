@@ -137,7 +137,10 @@ def role_environment(role: str) -> str:
     lines = ["VMSCHED_AMQP_DECLARE=false"]
     if role == ENGINE:
         lines.append(f"VMSCHED_AMQP_EVENTS_QUEUE={c.ENGINE_EVENTS_QUEUE}")
-    lines.append(f"VMSCHED_ADMIN_USERS={user_name(ADMIN)}")
+    # The HTTP API's user administers for its admin tokens; policy-admin records each such write
+    # as "vmsched-api for NAME", taking the api's word for NAME (VMSCHED_API_USERS) and nobody else's.
+    lines.append(f"VMSCHED_ADMIN_USERS={user_name(ADMIN)},{user_name(API)}")
+    lines.append(f"VMSCHED_API_USERS={user_name(API)}")
     return "\n".join(lines) + "\n"
 
 
