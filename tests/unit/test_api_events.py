@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -23,7 +23,7 @@ async def never_started() -> AsyncIterator[bytes]:
     yield b": subscribed\n\n"
 
 
-async def nothing() -> dict[str, Any]:
+async def nothing() -> MutableMapping[str, Any]:
     return {"type": "http.disconnect"}
 
 
@@ -33,7 +33,7 @@ SCOPE: dict[str, Any] = {"type": "http", "asgi": {"spec_version": "2.4"}, "metho
 async def test_a_client_gone_before_the_first_byte_still_ends_the_subscription() -> None:
     closed = Closed()
 
-    async def gone(message: dict[str, Any]) -> None:
+    async def gone(message: MutableMapping[str, Any]) -> None:
         raise OSError("the connection is closed")
 
     with pytest.raises(ClientDisconnect):
@@ -42,9 +42,9 @@ async def test_a_client_gone_before_the_first_byte_still_ends_the_subscription()
 
 
 async def test_a_stream_that_ends_normally_ends_the_subscription_once() -> None:
-    closed, sent = Closed(), []
+    closed, sent = Closed(), list[MutableMapping[str, Any]]()
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     await EventStream(never_started(), closed)(SCOPE, nothing, send)
