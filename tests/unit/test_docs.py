@@ -30,8 +30,8 @@ README_MAX_LINES = 200
 
 #: Where a path in backticks may be relative to: the repository, the library, the services package.
 BASES = (ROOT, ROOT / "libs/common/vmsched", ROOT / "services/vmsched_services")
-#: Paths the pages name that are not in the repository: what a command writes.
-#: What runs write (bench results, the browser test's screenshots): named by the docs, never committed.
+#: Paths the pages name that are not in the repository: what a run writes (bench results, the browser
+#: test's screenshots), never committed.
 NOT_IN_REPOSITORY = frozenset({"bench-results/bench.json", "bench-results/screenshots/"})
 
 _FENCE = re.compile(r"^\s*```")
