@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
-from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
+from vmsched.simulation.power import power_model
+from vmsched.simulation.report import Operator, PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
@@ -108,6 +110,11 @@ def policies_of(names: list[str], workload: Workload | None = None) -> list[Poli
     return out
 
 
+def operator_of(workload: Workload, properties: Mapping[str, str]) -> Operator:
+    """The power model and HighUtilization the report's operator figures use for one policy."""
+    return Operator(power_model(workload), float(properties.get("HighUtilization", "80")))
+
+
 async def run_all(
     workload: Workload, policies: list[Policy], *, per_host: bool = False
 ) -> list[tuple[PolicyReport, HostSeries | None]]:
@@ -115,9 +122,11 @@ async def run_all(
     hosts = len(workload.host_ids())
     runs = []
     for policy in policies:
-        recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host)
-        counts, timing = await simulate(workload, policy, recorder)
         properties = effective_policy(workload, policy).properties
+        recorder = Recorder(
+            workload.cluster.vcpus_per_cpu, per_host=per_host, operator=operator_of(workload, properties)
+        )
+        counts, timing = await simulate(workload, policy, recorder)
         report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)
         runs.append((report, recorder.hosts))
     return runs
