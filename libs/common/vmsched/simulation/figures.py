@@ -23,7 +23,9 @@ class Timed(Protocol):
 def durations(samples: Sequence[Timed], end_s: float) -> list[float]:
     """How long each sample's values hold: to the next sample, the last to `end_s`."""
     times = [s.at_s for s in samples]
-    return [max(0.0, b - a) for a, b in zip(times, [*times[1:], max(end_s, times[-1] if times else 0.0)], strict=True)]
+    if not times:
+        return []
+    return [max(0.0, b - a) for a, b in zip(times, [*times[1:], max(end_s, times[-1])], strict=True)]
 
 
 def integral(values: Sequence[float], held: Sequence[float]) -> float:

@@ -145,12 +145,13 @@ def _draw_marks(ax: Axes, marks: Sequence[Mark], unit: TimeUnit, *, label: bool)
     seen: set[str] = set()
     for m in marks:
         colour, style, name = MARK_STYLES[m.kind]
-        text = (name if m.policy is None else f"{name} ({m.policy})") if label and name not in seen else None
+        key = name if m.policy is None else f"{name} ({m.policy})"
+        text = key if label and key not in seen else None
         if m.end_s is not None:
             ax.axvspan(m.at_s / unit.seconds, m.end_s / unit.seconds, color=colour, alpha=0.15, label=text, lw=0)
         else:
             ax.axvline(m.at_s / unit.seconds, color=colour, ls=style, lw=1.1, alpha=0.8, label=text)
-        seen.add(name)
+        seen.add(key)
 
 
 def line_widths(policies: int) -> list[float]:
