@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +26,10 @@ from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
-from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
-from vmsched.simulation.scenarios import SCENARIOS, load_scenario
-from vmsched.simulation.targets import render_verdicts, verdicts
+from vmsched.simulation.power import power_model
+from vmsched.simulation.report import Operator, PolicyReport, Recorder, policy_report, render_table
+from vmsched.simulation.scenarios import SCENARIOS, Expectation, expectations, render_expectations, scenario
+from vmsched.simulation.targets import Verdict, render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
 from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded
 from vmsched_services.tools.policy_commands import read_set
@@ -59,11 +61,18 @@ def workload_of(args: argparse.Namespace) -> Workload:
     if args.scenario:
         if args.scenario not in SCENARIOS:
             raise UsageError(f"no scenario {args.scenario!r}", hint="scenarios: " + ", ".join(sorted(SCENARIOS)))
-        return load_scenario(args.scenario)
+        return scenario(args.scenario).workload
     spec = GeneratorSpec(
         hosts=args.hosts, vms=args.vms, hours=args.hours, seed=args.seed, ha_reservation=args.ha_reservation
     )
     return generate(spec)
+
+
+def policy_names(args: argparse.Namespace) -> list[str]:
+    """The --policy options; without any, a built-in scenario's own policies (its `run`)."""
+    if args.policy or not getattr(args, "scenario", None) or args.scenario not in SCENARIOS:
+        return list(args.policy)
+    return list(scenario(args.scenario).run)
 
 
 def _checked(doc: PolicyDocument, key: str, where: str) -> Policy:
@@ -108,6 +117,11 @@ def policies_of(names: list[str], workload: Workload | None = None) -> list[Poli
     return out
 
 
+def operator_of(workload: Workload, properties: Mapping[str, str]) -> Operator:
+    """The power model and HighUtilization the report's operator figures use for one policy."""
+    return Operator(power_model(workload), float(properties.get("HighUtilization", "80")))
+
+
 async def run_all(
     workload: Workload, policies: list[Policy], *, per_host: bool = False
 ) -> list[tuple[PolicyReport, HostSeries | None]]:
@@ -115,17 +129,32 @@ async def run_all(
     hosts = len(workload.host_ids())
     runs = []
     for policy in policies:
-        recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host)
-        counts, timing = await simulate(workload, policy, recorder)
         properties = effective_policy(workload, policy).properties
+        recorder = Recorder(
+            workload.cluster.vcpus_per_cpu, per_host=per_host, operator=operator_of(workload, properties)
+        )
+        counts, timing = await simulate(workload, policy, recorder)
         report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)
         runs.append((report, recorder.hosts))
     return runs
 
 
-def write_plots(directory: str, title: str, runs: list[tuple[PolicyReport, HostSeries | None]]) -> list[Path]:
+def write_plots(
+    directory: str,
+    title: str,
+    runs: list[tuple[PolicyReport, HostSeries | None]],
+    workload: Workload | None = None,
+    judged: Sequence[Verdict] = (),
+    expected: Sequence[Expectation] = (),
+) -> list[Path]:
     """The PNGs and index.html in `directory` (created); their paths."""
-    files = render(title, [PolicyRun(report, hosts) for report, hosts in runs if hosts is not None])
+    files = render(
+        title,
+        [PolicyRun(report, hosts) for report, hosts in runs if hosts is not None],
+        workload=workload,
+        verdicts=judged,
+        expected=expected,
+    )
     out = Path(directory)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -143,7 +172,7 @@ def main(args: argparse.Namespace) -> int:
     if args.plot:
         require_matplotlib()  # before the simulation, not after it
     workload = workload_of(args)
-    policies = policies_of(args.policy, workload)
+    policies = policies_of(policy_names(args), workload)
     runs = asyncio.run(run_all(workload, policies, per_host=bool(args.plot)))
     return emit(args, workload, runs)
 
@@ -162,9 +191,10 @@ def emit(
     reports = [report for report, _ in runs]
     hosts = len(workload.host_ids())
     judged = verdicts(reports)
+    expected = expectations(scenario(args.scenario), reports) if getattr(args, "scenario", None) else []
     span = f"{workload.end_s() / 3600:.1f} h"
     title = f"{workload.name}: {hosts} hosts, {len(workload.arrivals)} VM arrivals, {span}{how}"
-    plotted = write_plots(args.plot, title, runs) if args.plot else []
+    plotted = write_plots(args.plot, title, runs, workload, judged, expected) if args.plot else []
     if args.out:
         out = Path(args.out)
         try:
@@ -185,6 +215,7 @@ def emit(
             "hosts": hosts,
             "policies": [r.as_json(with_samples=False) for r in reports],
             "targets": [v.as_json() for v in judged],
+            "expected": [e.as_json() for e in expected],
             **(json_extra or {}),
         }
         print(json.dumps(data, indent=2))
@@ -192,6 +223,8 @@ def emit(
         print(render_table(title, reports))
         if judged:
             print("\n" + render_verdicts(judged))
+        if expected:
+            print("\n" + render_expectations(expected))
         if text_extra:
             print(text_extra)
         if args.out:
@@ -202,4 +235,14 @@ def emit(
     return 0
 
 
-__all__ = ["emit", "main", "policies_of", "read_workload", "run_all", "workload_of", "write_plots"]
+__all__ = [
+    "emit",
+    "main",
+    "operator_of",
+    "policies_of",
+    "policy_names",
+    "read_workload",
+    "run_all",
+    "workload_of",
+    "write_plots",
+]

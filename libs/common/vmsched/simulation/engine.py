@@ -97,7 +97,9 @@ class Simulation(Placing, Migrations, HaChecks):
         table = self.current_table()
         alive = tuple(h for h in table.ids if h not in self._down) if self._down else tuple(table.ids)
         began = time.perf_counter()
-        self.sampler(Snapshot(self.clock, table, Counter(self._demand), alive, frozenset(self._off)))
+        self.sampler(
+            Snapshot(self.clock, table, Counter(self._demand), alive, frozenset(self._off), dict(self._overload))
+        )
         self.sampling_s += time.perf_counter() - began
 
 

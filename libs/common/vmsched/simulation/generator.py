@@ -22,6 +22,8 @@ from vmsched.simulation.workload import AffinityGroupSpec, ClusterSettings, Host
 FLAVOURS: tuple[tuple[int, int, float], ...] = ((1, 2, 0.35), (2, 4, 0.30), (4, 8, 0.20), (8, 16, 0.10), (16, 32, 0.05))
 #: (cores, memory GB, weight) of host models.
 HOST_MODELS: tuple[tuple[int, int, float], ...] = ((32, 256, 0.7), (64, 512, 0.3))
+#: cores -> (idle, maximum) watts of the host models (two-socket servers of those sizes).
+HOST_WATTS: dict[int, tuple[float, float]] = {32: (150.0, 420.0), 64: (220.0, 740.0)}
 NETWORK = "ovirtmgmt"
 
 
@@ -83,6 +85,8 @@ def generate(spec: GeneratorSpec) -> Workload:
             mem_mb=HOST_MODELS[m][1] * 1024,
             networks=[NETWORK],
             is_spm=(i == 0),
+            idle_watts=HOST_WATTS.get(HOST_MODELS[m][0], (None, None))[0],
+            max_watts=HOST_WATTS.get(HOST_MODELS[m][0], (None, None))[1],
         )
         for i, m in enumerate(models.tolist())
     ]
@@ -147,4 +151,4 @@ def generate(spec: GeneratorSpec) -> Workload:
     )
 
 
-__all__ = ["FLAVOURS", "HOST_MODELS", "POWER_DEFAULTS", "GeneratorSpec", "generate", "load_curve"]
+__all__ = ["FLAVOURS", "HOST_MODELS", "HOST_WATTS", "POWER_DEFAULTS", "GeneratorSpec", "generate", "load_curve"]

@@ -28,6 +28,7 @@ class HaChecks(ClusterState):
             c.ha_failing_hosts_max = max(c.ha_failing_hosts_max, len(result.failing_hosts))
             if not self._ha_failing:
                 c.ha_alerts += 1
+                c.ha_alert_times.append(self.clock)
         elif self._ha_failing:
             c.ha_recoveries += 1
         self._ha_failing = result.failing_hosts

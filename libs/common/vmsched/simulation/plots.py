@@ -11,11 +11,8 @@ or read straight off the samples; this module draws, and puts the pictures in a 
 
 from __future__ import annotations
 
-import base64
-import html
 import io
 import math
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,11 +21,16 @@ import numpy as np
 
 from vmsched.errors import CommandError
 from vmsched.simulation.hostseries import HeatMap, HostSeries, Metric, heat_map, scale_top
-from vmsched.simulation.report import ROWS, PolicyReport, Sample
+from vmsched.simulation.plot_page import PolicyRun, heatmap_names, page, summary_table_html
+from vmsched.simulation.report import PolicyReport, Sample
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+
+    from vmsched.simulation.scenarios import Expectation
+    from vmsched.simulation.targets import Verdict
+    from vmsched.simulation.workload import Workload
 
 INSTALL_HINT = "pip install 'vmsched[plots]'"
 #: Policies' colours, in the order they were given (matplotlib's default cycle, colour-blind safe enough).
@@ -55,14 +57,6 @@ def _figure_class() -> type[Figure]:
 
 
 @dataclass(frozen=True)
-class PolicyRun:
-    """What the pictures need of one policy's run."""
-
-    report: PolicyReport
-    hosts: HostSeries
-
-
-@dataclass(frozen=True)
 class TimeUnit:
     name: str
     seconds: float
@@ -84,22 +78,6 @@ def time_ticks(ax: Axes, unit: TimeUnit, end_s: float) -> None:
     ax.xaxis.set_major_locator(MultipleLocator(step))
 
 
-def slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "policy"
-
-
-def heatmap_names(runs: Sequence[PolicyRun]) -> list[str]:
-    """A file name per policy, unique even when two names only differ in characters a file name drops."""
-    names: list[str] = []
-    for run in runs:
-        base = f"heatmap-{slug(run.report.policy)}"
-        name, n = f"{base}.png", 2
-        while name in names:
-            name, n = f"{base}-{n}.png", n + 1
-        names.append(name)
-    return names
-
-
 def png(fig: Figure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
@@ -118,7 +96,62 @@ PANELS: tuple[tuple[str, str, Callable[[Sample], float], bool], ...] = (
     ("Mean memory of the hosts in use", "memory committed (%)", lambda s: s.mem_mean_in_use, False),
     ("VM count spread: most VMs on a host - fewest", "VMs", lambda s: s.vm_count_spread, True),
     ("Most highly available VMs on one host", "HA VMs", lambda s: s.ha_per_host_max, True),
+    ("Power drawn by the hosts powered on", "kW", lambda s: s.power_w / 1000.0, False),
+    ("CPU demand not met (hosts' load capped at their CPUs)", "CPUs", lambda s: s.cpu_unmet, False),
+    ("vCPUs per CPU of the hosts in use", "vCPU : pCPU", lambda s: s.vcpu_ratio, False),
+    ("Memory committed / usable of the hosts in use", "ratio", lambda s: s.mem_ratio, False),
 )
+#: Samples are drawn as steps: a sample's value holds until the next one (it is what the cluster
+#: was at that instant, not a trend between two).
+STEPS = "steps-post"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """An event drawn across every panel: a vertical line (or a shaded span, for maintenance)."""
+
+    at_s: float
+    kind: str
+    what: str
+    end_s: float | None = None
+    #: The policy whose run it happened in (HA alerts), or None for the workload's own events.
+    policy: str | None = None
+
+
+#: kind -> (colour, line style, legend label).
+MARK_STYLES: dict[str, tuple[str, str, str]] = {
+    "failure": ("#d62728", "-", "host failure"),
+    "repair": ("#2ca02c", ":", "host repaired"),
+    "maintenance": ("#7f7f7f", "-", "maintenance"),
+    "ha_alert": ("#9467bd", "-.", "HA alert"),
+}
+
+
+def marks_of(workload: Workload | None, reports: Sequence[PolicyReport]) -> list[Mark]:
+    """The workload's failures, repairs and maintenance windows, and each policy's HA alerts."""
+    out: list[Mark] = []
+    if workload is not None:
+        for f in workload.failures:
+            out.append(Mark(f.at_s, "failure", f.host_id))
+            if f.repair_s is not None:
+                out.append(Mark(f.at_s + f.repair_s, "repair", f.host_id))
+        out += [Mark(m.start_s, "maintenance", m.host_id, m.end_s) for m in workload.maintenance]
+    for r in reports:
+        out += [Mark(at, "ha_alert", "HA alert", policy=r.policy) for at in r.ha_alert_times]
+    return out
+
+
+def _draw_marks(ax: Axes, marks: Sequence[Mark], unit: TimeUnit, *, label: bool) -> None:
+    seen: set[str] = set()
+    for m in marks:
+        colour, style, name = MARK_STYLES[m.kind]
+        key = name if m.policy is None else f"{name} ({m.policy})"
+        text = key if label and key not in seen else None
+        if m.end_s is not None:
+            ax.axvspan(m.at_s / unit.seconds, m.end_s / unit.seconds, color=colour, alpha=0.15, label=text, lw=0)
+        else:
+            ax.axvline(m.at_s / unit.seconds, color=colour, ls=style, lw=1.1, alpha=0.8, label=text)
+        seen.add(key)
 
 
 def line_widths(policies: int) -> list[float]:
@@ -141,13 +174,15 @@ def _ffd_bound(ax: Axes, reports: Sequence[PolicyReport], unit: TimeUnit, widths
             color="black",
             lw=1.2,
             ls="--",
+            drawstyle=STEPS,
             label="packing bound (first-fit decreasing)",
         )
         return
     for n, one in enumerate(series):
         t = [at / unit.seconds for at, _ in one]
         label = f"packing bound, {reports[n].policy}"
-        ax.plot(t, [ffd for _, ffd in one], color=COLOURS[n % len(COLOURS)], lw=widths[n] * 0.6, ls="--", label=label)
+        colour = COLOURS[n % len(COLOURS)]
+        ax.plot(t, [ffd for _, ffd in one], color=colour, lw=widths[n] * 0.6, ls="--", drawstyle=STEPS, label=label)
 
 
 def legend_labels(reports: Sequence[PolicyReport]) -> list[str]:
@@ -160,21 +195,22 @@ def legend_labels(reports: Sequence[PolicyReport]) -> list[str]:
     return labels
 
 
-def over_time_figure(title: str, reports: Sequence[PolicyReport]) -> Figure:
-    """Every policy's line on each panel, in its own colour; one legend for the figure."""
+def over_time_figure(title: str, reports: Sequence[PolicyReport], marks: Sequence[Mark] = ()) -> Figure:
+    """Every policy's line on each panel, in its own colour, drawn as steps; `marks` across every
+    panel; one legend for the figure, below the panels."""
     figure_class = _figure_class()
     from matplotlib.ticker import MaxNLocator
 
     end_s = max((r.samples[-1].at_s for r in reports if r.samples), default=0.0)
     unit = time_unit(end_s)
     widths = line_widths(len(reports))
-    fig = figure_class(figsize=(13, 13), layout="constrained")
+    fig = figure_class(figsize=(13, 2.3 * len(PANELS) // 2 + 3), layout="constrained")
     axes = fig.subplots(len(PANELS) // 2, 2, sharex=True)
     for k, (ax, (panel_title, ylabel, value, counts)) in enumerate(zip(axes.flat, PANELS, strict=True)):
         for n, (report, label) in enumerate(zip(reports, legend_labels(reports), strict=True)):
             t = [s.at_s / unit.seconds for s in report.samples]
             colour = COLOURS[n % len(COLOURS)]
-            ax.plot(t, [value(s) for s in report.samples], color=colour, lw=widths[n], label=label)
+            ax.plot(t, [value(s) for s in report.samples], color=colour, lw=widths[n], label=label, drawstyle=STEPS)
         ax.set_title(panel_title, fontsize=11)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -188,15 +224,20 @@ def over_time_figure(title: str, reports: Sequence[PolicyReport]) -> Figure:
             ax.yaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
         time_ticks(ax, unit, end_s)
     _ffd_bound(axes.flat[0], reports, unit, widths)
+    for k, ax in enumerate(axes.flat):
+        _draw_marks(ax, marks, unit, label=k == 0)
     for ax in axes[-1]:
         ax.set_xlabel(f"simulated time ({unit.name})")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    # Below the panels: above them, constrained layout lets the legend and the title overlap.
+    # Below the panels (above them, constrained layout lets the legend and the title overlap), in
+    # columns as wide as the longest label allows, so four policies, the bound and the event
+    # markers fit the figure's width.
+    longest = max((len(label) for label in labels), default=1)
     fig.legend(
         handles,
         labels,
         loc="outside lower center",
-        ncols=min(len(labels), 5),
+        ncols=max(1, min(len(labels), 4, 120 // max(longest, 1))),
         frameon=False,
         fontsize=11,
         title="where policies' lines coincide, the later one runs inside the earlier, wider one",
@@ -287,88 +328,35 @@ def _heat_note(heat: HeatMap) -> str:
     return "; ".join(parts)
 
 
-# ------------------------------------------------------------------------------ the page
-def summary_table_html(reports: Sequence[PolicyReport]) -> str:
-    head = "".join(f"<th>{html.escape(r.policy)}</th>" for r in reports)
-    body = "\n".join(
-        f"<tr><th>{html.escape(label)}</th>" + "".join(f"<td>{html.escape(cell(r))}</td>" for r in reports) + "</tr>"
-        for label, cell in ROWS
-    )
-    return f"<table>\n<thead><tr><th></th>{head}</tr></thead>\n<tbody>\n{body}\n</tbody>\n</table>"
-
-
-def _failures_html(reports: Sequence[PolicyReport]) -> str:
-    items = []
-    for r in reports:
-        if r.failed:
-            reasons = ", ".join(f"{name} {n}" for name, n in r.failure_reasons.items())
-            items.append(
-                f"<li><b>{html.escape(r.policy)}</b>: {r.failed} not placed; filters that removed hosts: "
-                f"{html.escape(reasons)}</li>"
-            )
-    return f"<ul>{''.join(items)}</ul>" if items else ""
-
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 1450px; color: #222; }
-table { border-collapse: collapse; font-size: 14px; }
-th, td { padding: 3px 10px; border-bottom: 1px solid #ddd; }
-td { text-align: right; font-variant-numeric: tabular-nums; }
-tbody th { text-align: left; font-weight: normal; }
-img { max-width: 100%; border: 1px solid #eee; }
-figure { margin: 1em 0 2em; }
-figcaption { color: #555; font-size: 14px; }
-"""
-
-
-def page(title: str, reports: Sequence[PolicyRun], images: dict[str, bytes]) -> str:
-    """The summary table and every image, inline (base64), so the one file shows everything."""
-
-    def img(name: str, caption: str) -> str:
-        data = base64.b64encode(images[name]).decode("ascii")
-        return (
-            f'<figure><img src="data:image/png;base64,{data}" alt="{html.escape(name)}" title="{html.escape(name)}">'
-            f"<figcaption>{html.escape(caption)} ({html.escape(name)})</figcaption></figure>"
-        )
-
-    policy_reports = [r.report for r in reports]
-    heat = [
-        img(name, f"{run.report.policy}: each host's CPU, memory and VMs over time, on scales every policy shares")
-        for run, name in zip(reports, heatmap_names(reports), strict=True)
-    ]
-    return "\n".join(
-        [
-            "<!doctype html>",
-            '<html lang="en"><head><meta charset="utf-8">',
-            f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>",
-            f"<h1>{html.escape(title)}</h1>",
-            summary_table_html(policy_reports),
-            _failures_html(policy_reports),
-            "<h2>Over time</h2>",
-            img("utilisation.png", "every policy over time; dashed lines: the first-fit-decreasing packing bound"),
-            "<h2>Per host</h2>",
-            *heat,
-            "</body></html>",
-            "",
-        ]
-    )
-
-
-def render(title: str, runs: Sequence[PolicyRun]) -> dict[str, bytes]:
-    """Every picture and index.html, by file name, in the order to write and list them."""
+def render(
+    title: str,
+    runs: Sequence[PolicyRun],
+    *,
+    workload: Workload | None = None,
+    verdicts: Sequence[Verdict] = (),
+    expected: Sequence[Expectation] = (),
+) -> dict[str, bytes]:
+    """Every picture and index.html, by file name, in the order to write and list them; the
+    workload's events and the policies' HA alerts marked, the targets and the workload on the page."""
     require_matplotlib()
-    images = {"utilisation.png": png(over_time_figure(title, [r.report for r in runs]))}
+    reports = [r.report for r in runs]
+    images = {"utilisation.png": png(over_time_figure(title, reports, marks_of(workload, reports)))}
     scale = scales(runs)
     for run, name in zip(runs, heatmap_names(runs), strict=True):
         images[name] = png(heat_figure(title, run.report.policy, run.hosts, scale))
-    return {**images, "index.html": page(title, runs, images).encode("utf-8")}
+    html_page = page(title, runs, images, verdicts=verdicts, expected=expected, workload=workload)
+    return {**images, "index.html": html_page.encode("utf-8")}
 
 
 __all__ = [
     "INSTALL_HINT",
+    "MARK_STYLES",
+    "STEPS",
+    "Mark",
     "PolicyRun",
     "heat_figure",
     "heatmap_names",
+    "marks_of",
     "over_time_figure",
     "page",
     "render",

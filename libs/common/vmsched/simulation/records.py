@@ -4,7 +4,7 @@ flight and VMs starting, and how long it ran."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from vmsched.contracts import PendingEntry
@@ -66,6 +66,8 @@ class Counts:
     ha_alerts: int = 0
     ha_recoveries: int = 0
     ha_failing_hosts_max: int = 0
+    #: When each HA alert was raised (simulated s), for the plots' markers.
+    ha_alert_times: list[float] = field(default_factory=list)
     #: Hour-of-day load changes applied.
     load_changes: int = 0
     #: vm -> host of every placement made (the arrival's decision), for comparing runs.
@@ -88,6 +90,9 @@ class Snapshot:
     alive: tuple[str, ...]
     #: Hosts powered off (or still booting) by power actions.
     off: frozenset[str] = frozenset()
+    #: Hosts whose VMs want more CPU than they have: host -> CPU % wanted (over 100; the table's
+    #: load is capped at 100), for the unmet demand.
+    overload: Mapping[str, float] = field(default_factory=dict)
 
 
 #: Called at every sample instant.

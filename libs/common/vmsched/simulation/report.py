@@ -1,80 +1,22 @@
 """What a simulation measured, per policy: packing (hosts used against first-fit-decreasing on the
-same demand), evenness (utilisation spread), placement failures and why, and speed."""
+same demand), evenness (utilisation spread), energy, CPU demand not met and time over
+HighUtilization, overcommit, placement failures (HA restarts apart) and why, and speed."""
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from vmsched.scheduling.hosts import FloatArray, HostTable, IndexArray
+from vmsched.simulation.figures import J_PER_KWH, durations, integral, ratio
 from vmsched.simulation.hostseries import HostSeries, Metric
+from vmsched.simulation.packing_bound import bins_of, ffd_bins, first_fit_decreasing
+from vmsched.simulation.power import PowerModel, default_watts
 from vmsched.simulation.records import Counts, Snapshot, Timing
-
-# ------------------------------------------------------------------------------ packing bound
-#: An item's size, one number per dimension.
-Size = TypeVar("Size", bound=tuple[float, ...])
-
-
-def first_fit_decreasing(
-    items: Mapping[Size, int],
-    capacities: Sequence[Sequence[float]],
-) -> tuple[int, int]:
-    """Bins used and items that fit nowhere; see `ffd_bins`."""
-    used, overflow = ffd_bins(items, capacities)
-    return int(used.sum()), overflow
-
-
-def ffd_bins(
-    items: Mapping[Size, int],
-    capacities: Sequence[Sequence[float]],
-) -> tuple[npt.NDArray[np.bool_], int]:
-    """Pack `items` (size vector -> how many) into bins of `capacities` (one vector each, same
-    dimensions), first fit, largest items first (by the first dimension, then the next), bins in
-    the order given; an item fits a bin when every dimension does.
-
-    Returns (which bins are used, items that fit nowhere). Identical items are placed together: first fit
-    puts each copy in the first bin with room, so the copies fill the bins in order, each as far as
-    it takes, which is one cumulative sum over the bins instead of a loop per copy.
-    """
-    if not capacities:
-        return np.zeros(0, dtype=np.bool_), sum(items.values())
-    free = np.array([list(c) for c in capacities], dtype=np.float64)
-    used = np.zeros(len(free), dtype=np.bool_)
-    overflow = 0
-    for size, count in sorted(items.items(), key=lambda kv: tuple(-x for x in kv[0])):
-        if count <= 0:
-            continue
-        need = np.asarray(size, dtype=np.float64)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            per_dim = np.where(need > 0, np.floor(free / np.where(need > 0, need, 1.0)), np.inf)
-        room = np.minimum(per_dim.min(axis=1), float(count))
-        before = np.concatenate(([0.0], np.cumsum(room)[:-1]))
-        take = np.clip(count - before, 0.0, room)
-        free -= take[:, None] * need[None, :]
-        used |= take > 0
-        overflow += round(float(count - take.sum()))
-    return used, overflow
-
-
-def bins_of(table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None) -> list[tuple[float, float, float]]:
-    """The hosts as bins, largest first: (memory placement may use (free memory and the overcommit
-    limit both bind), vCPUs, CPU load in % of one CPU). vCPUs are unbounded without a vCPU ratio:
-    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by 100 % of
-    every CPU."""
-    idx = table.index_of(alive)
-    pct = min(100.0, float(table.settings.memory_overcommit_pct))
-    mem = pct * table.physical_mem_mb[idx] / 100.0 - table.reserved_mem_mb[idx]
-    cpus = table.effective_cpus[idx]
-    vcpus = cpus * vcpus_per_cpu if vcpus_per_cpu is not None else np.full(len(idx), math.inf)
-    load = cpus * 100.0
-    order = np.lexsort((np.asarray(alive), -load, -mem))  # largest memory first, then CPUs, then id
-    return [(float(mem[i]), float(vcpus[i]), float(load[i])) for i in order]
 
 
 # ------------------------------------------------------------------------------ samples
@@ -103,6 +45,23 @@ class Sample:
     #: hosts of several sizes, hosts used can be twice the bound while the CPUs are close to it.
     cpus_used: float = 0.0
     ffd_cpus: float = 0.0
+    #: Busiest host's CPU % (hosts not down).
+    cpu_max: float = 0.0
+    #: Watts drawn by the hosts powered on (power.watts), and the idle watts of those powered off
+    #: (what they would draw had they stayed on, idle).
+    power_w: float = 0.0
+    off_idle_w: float = 0.0
+    #: CPUs the VMs want (before a host's load is capped at 100 %) and of them, CPUs no host gave.
+    cpu_wanted: float = 0.0
+    cpu_unmet: float = 0.0
+    #: Hosts powered on above HighUtilization (the SLA figure).
+    hosts_over_high: int = 0
+    #: vCPUs per CPU and memory committed per usable memory: of the hosts in use together, and the
+    #: highest of one host.
+    vcpu_ratio: float = 0.0
+    vcpu_ratio_max: float = 0.0
+    mem_ratio: float = 0.0
+    mem_ratio_max: float = 0.0
 
 
 def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArray]:
@@ -111,7 +70,57 @@ def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArr
     return table.cpu_usage_pct[idx], 100.0 * table.mem_committed_mb[idx] / usable
 
 
-def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
+class Operator:
+    """What the operator figures of a sample need besides the snapshot: each host's (idle,
+    maximum) watts (a host not named: power.default_watts of its cores) and HighUtilization."""
+
+    def __init__(self, watts: PowerModel | None = None, high_utilization: float = 80.0) -> None:
+        self.watts = dict(watts or {})
+        self.high_utilization = high_utilization
+        self._cached: tuple[tuple[str, ...], FloatArray, FloatArray] | None = None
+
+    def model(self, table: HostTable) -> tuple[FloatArray, FloatArray]:
+        """Idle and maximum watts in the table's host order (kept while the hosts are the same)."""
+        ids = tuple(table.ids)
+        if self._cached is None or self._cached[0] != ids:
+            cores = table.cpu_cores.tolist()
+            pairs = [self.watts.get(h) or default_watts(int(c)) for h, c in zip(ids, cores, strict=True)]
+            idle = np.array([p[0] for p in pairs], dtype=np.float64)
+            self._cached = ids, idle, np.array([p[1] for p in pairs], dtype=np.float64)
+        return self._cached[1], self._cached[2]
+
+
+def _operator_figures(snapshot: Snapshot, idx: IndexArray, op: Operator) -> dict[str, Any]:
+    table = snapshot.table
+    idle_all, peak_all = op.model(table)
+    off = np.zeros(len(table), dtype=np.bool_)
+    off[table.index_of(sorted(snapshot.off))] = True
+    on = ~off[idx]
+    cpu = table.cpu_usage_pct[idx]
+    idle, peak = idle_all[idx], peak_all[idx]
+    drawn = idle + (peak - idle) * np.clip(cpu, 0.0, 100.0) / 100.0
+    cpus = table.effective_cpus[idx]
+    unmet = sum(
+        (pct - 100.0) / 100.0 * float(table.effective_cpus[table.index[h]]) for h, pct in snapshot.overload.items()
+    )
+    in_use = table.vm_count[idx] > 0
+    usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
+    vcpus, mem = table.vcpus_committed[idx], table.mem_committed_mb[idx]
+    return {
+        "cpu_max": float(cpu.max()) if len(idx) else 0.0,
+        "power_w": float(drawn[on].sum()),
+        "off_idle_w": float(idle[~on].sum()),
+        "cpu_wanted": float((cpu * cpus).sum() / 100.0) + unmet,
+        "cpu_unmet": unmet,
+        "hosts_over_high": int((on & (cpu > op.high_utilization)).sum()),
+        "vcpu_ratio": float(vcpus[in_use].sum() / max(float(cpus[in_use].sum()), 1e-9)) if in_use.any() else 0.0,
+        "vcpu_ratio_max": float((vcpus[in_use] / np.maximum(cpus[in_use], 1e-9)).max()) if in_use.any() else 0.0,
+        "mem_ratio": float(mem[in_use].sum() / float(usable[in_use].sum())) if in_use.any() else 0.0,
+        "mem_ratio_max": float((mem[in_use] / usable[in_use]).max()) if in_use.any() else 0.0,
+    }
+
+
+def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None, operator: Operator | None = None) -> Sample:
     table = snapshot.table
     idx = table.index_of(snapshot.alive)
     in_use = table.vm_count[idx] > 0
@@ -138,6 +147,7 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,
+        **_operator_figures(snapshot, idx, operator or Operator()),
     )
 
 
@@ -145,13 +155,16 @@ class Recorder:
     """The sampler a simulation calls: keeps one Sample per sample instant and, with `per_host`,
     every host's CPU %, memory % and VM count (bounded in time: HostSeries) for the heat maps."""
 
-    def __init__(self, vcpus_per_cpu: float | None = None, *, per_host: bool = False) -> None:
+    def __init__(
+        self, vcpus_per_cpu: float | None = None, *, per_host: bool = False, operator: Operator | None = None
+    ) -> None:
         self.vcpus_per_cpu = vcpus_per_cpu
+        self.operator = operator or Operator()
         self.samples: list[Sample] = []
         self.hosts: HostSeries | None = HostSeries() if per_host else None
 
     def __call__(self, snapshot: Snapshot) -> None:
-        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu))
+        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu, self.operator))
         if self.hosts is not None:
             table = snapshot.table
             cpu, mem = utilisation(table, np.arange(len(table)))
@@ -169,8 +182,9 @@ class PolicyReport:
     hosts: int
     arrivals: int
     placed: int
+    #: Arrivals not placed (HA restarts that failed are `restart_failures`, apart).
     failed: int
-    #: Filter -> failed placements in which it removed hosts.
+    #: Filter -> failed placements of arrivals in which it removed hosts.
     failure_reasons: dict[str, int]
     #: The first few distinct failure summaries, as the decisions said them.
     failure_examples: list[str]
@@ -238,6 +252,30 @@ class PolicyReport:
     #: VM events (arrivals and departures) per wall second of the simulation without the sampler.
     vm_events_per_s: float
     speedup: float
+    #: HA VMs whose restart after their host failed found no host, and the filters that refused.
+    restart_failures: int = 0
+    restart_failure_reasons: dict[str, int] = field(default_factory=dict)
+    #: used / FFD as a ratio of the means (the mean of ratios, packing_ratio_mean, is dominated
+    #: by nearly empty samples).
+    packing_ratio_of_means: float = 0.0
+    #: Energy of the hosts powered on, kWh; what the hosts powered off would have drawn idle.
+    energy_kwh: float = 0.0
+    energy_saved_kwh: float = 0.0
+    power_kw_mean: float = 0.0
+    #: CPU-hours the VMs wanted, and of them not given (a host's load capped at its CPUs).
+    cpu_hours_wanted: float = 0.0
+    cpu_hours_unmet: float = 0.0
+    #: Host-hours above HighUtilization (the SLA figure), and the HighUtilization used.
+    host_hours_over_high: float = 0.0
+    high_utilization_pct: float = 80.0
+    #: vCPUs per CPU and memory committed / usable of the hosts in use: mean over samples with VMs,
+    #: and the highest of one host at any sample.
+    vcpu_ratio_mean: float = 0.0
+    vcpu_ratio_max: float = 0.0
+    mem_overcommit_mean: float = 0.0
+    mem_overcommit_max: float = 0.0
+    #: When each HA alert was raised (simulated s).
+    ha_alert_times: list[float] = field(default_factory=list)
     #: The policy's properties as simulated (the workload's defaults and overrides applied).
     properties: dict[str, str] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
@@ -266,11 +304,15 @@ def policy_report(
     properties: Mapping[str, str] | None = None,
 ) -> PolicyReport:
     reasons: Counter[str] = Counter()
+    restart_reasons: Counter[str] = Counter()
     examples: list[str] = []
     for f in counts.failures:
-        reasons.update(f.filters)
+        (restart_reasons if f.restart else reasons).update(f.filters)
         if f.summary not in examples and len(examples) < 3:
             examples.append(f.summary)
+    restarts_failed = sum(1 for f in counts.failures if f.restart)
+    held = durations(samples, timing.sim_s)
+    high = float((properties or {}).get("HighUtilization", "80"))
     busy = [s for s in samples if s.vms > 0]
     ratios = [s.hosts_used / s.ffd_hosts for s in busy if s.ffd_hosts > 0]
     capacity = [s.cpus_used / s.ffd_cpus for s in busy if s.ffd_cpus > 0]
@@ -286,7 +328,22 @@ def policy_report(
         hosts=hosts,
         arrivals=counts.arrivals,
         placed=counts.placed,
-        failed=len(counts.failures),
+        failed=len(counts.failures) - restarts_failed,
+        restart_failures=restarts_failed,
+        restart_failure_reasons=dict(restart_reasons.most_common()),
+        packing_ratio_of_means=round(ratio(_mean([s.hosts_used for s in busy]), _mean([s.ffd_hosts for s in busy])), 3),
+        energy_kwh=round(integral([s.power_w for s in samples], held) / J_PER_KWH, 3),
+        energy_saved_kwh=round(integral([s.off_idle_w for s in samples], held) / J_PER_KWH, 3),
+        power_kw_mean=round(ratio(integral([s.power_w for s in samples], held), sum(held)) / 1000.0, 3),
+        cpu_hours_wanted=round(integral([s.cpu_wanted for s in samples], held) / 3600.0, 3),
+        cpu_hours_unmet=round(integral([s.cpu_unmet for s in samples], held) / 3600.0, 3),
+        host_hours_over_high=round(integral([s.hosts_over_high for s in samples], held) / 3600.0, 3),
+        high_utilization_pct=high,
+        vcpu_ratio_mean=round(_mean([s.vcpu_ratio for s in busy]), 3),
+        vcpu_ratio_max=round(_max([s.vcpu_ratio_max for s in busy]), 3),
+        mem_overcommit_mean=round(_mean([s.mem_ratio for s in busy]), 3),
+        mem_overcommit_max=round(_max([s.mem_ratio_max for s in busy]), 3),
+        ha_alert_times=list(counts.ha_alert_times),
         failure_reasons=dict(reasons.most_common()),
         failure_examples=examples,
         departures=counts.departures,
@@ -352,12 +409,14 @@ def _arrow(before: float, after: float) -> str:
 #: The rows of the side-by-side table: a label and how one policy's report fills its cell.
 ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("VMs placed / asked", lambda r: f"{r.placed} / {r.arrivals}"),
-    ("placement failures", lambda r: f"{r.failed}"),
+    ("placement failures (arrivals)", lambda r: f"{r.failed}"),
+    ("HA restarts failed / needed", lambda r: f"{r.restart_failures} / {r.ha_restarted + r.restart_failures}"),
     ("hosts used (mean)", lambda r: f"{r.hosts_used_mean:.1f}"),
     ("hosts used (max / end)", lambda r: f"{r.hosts_used_max} / {r.hosts_used_final}"),
     ("hosts powered on (mean)", lambda r: f"{r.hosts_on_mean:.1f}"),
     ("FFD bound (mean)", lambda r: f"{r.ffd_hosts_mean:.1f}"),
-    ("used / FFD (mean, max)", lambda r: f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"),
+    ("used / FFD (mean of ratios, max)", lambda r: f"{r.packing_ratio_mean:.2f}, {r.packing_ratio_max:.2f}"),
+    ("used / FFD (ratio of means)", lambda r: f"{r.packing_ratio_of_means:.2f}"),
     ("CPUs of used / of FFD's hosts (mean)", lambda r: f"{r.cpu_capacity_ratio_mean:.2f}"),
     ("CPU spread max-min % (mean)", lambda r: f"{r.cpu_spread_mean:.1f}"),
     ("CPU spread max-min % (worst)", lambda r: f"{r.cpu_spread_max:.1f}"),
@@ -373,6 +432,12 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
         lambda r: f"{r.mem_spread_first_quarter:.1f} -> {r.mem_spread_last_quarter:.1f}",
     ),
     ("VM count spread (end)", lambda r: f"{r.vm_count_spread_final}"),
+    ("energy kWh (mean kW)", lambda r: f"{r.energy_kwh:,.1f} ({r.power_kw_mean:.1f})"),
+    ("kWh saved by power-offs", lambda r: f"{r.energy_saved_kwh:,.1f}"),
+    ("CPU-hours unmet / wanted", lambda r: f"{r.cpu_hours_unmet:,.1f} / {r.cpu_hours_wanted:,.0f}"),
+    ("host-hours over HighUtilization", lambda r: f"{r.host_hours_over_high:,.1f} (>{r.high_utilization_pct:g}%)"),
+    ("vCPU:pCPU of hosts in use (mean, max)", lambda r: f"{r.vcpu_ratio_mean:.2f}, {r.vcpu_ratio_max:.2f}"),
+    ("memory committed / usable (mean, max)", lambda r: f"{r.mem_overcommit_mean:.2f}, {r.mem_overcommit_max:.2f}"),
     ("balancing passes", lambda r: f"{r.balance_passes}"),
     ("migrations (no target, dropped)", lambda r: f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"),
     ("migrations / host / hour", lambda r: f"{r.migrations_per_host_hour:.4f}"),
@@ -403,12 +468,19 @@ def render_table(title: str, reports: Sequence[PolicyReport]) -> str:
     for r in reports:
         if r.failed:
             reasons = ", ".join(f"{name} {n}" for name, n in r.failure_reasons.items())
-            lines.append(f"\n{r.policy}: {r.failed} not placed; filters that removed hosts: {reasons}")
+            lines.append(f"\n{r.policy}: {r.failed} arrivals not placed; filters that removed hosts: {reasons}")
+        if r.restart_failures:
+            reasons = ", ".join(f"{name} {n}" for name, n in r.restart_failure_reasons.items())
+            lines.append(
+                f"\n{r.policy}: {r.restart_failures} HA VMs not restarted; filters that removed hosts: {reasons}"
+            )
+        if r.failed or r.restart_failures:
             lines.extend(f"  e.g. {e}" for e in r.failure_examples)
     return "\n".join(lines)
 
 
 __all__ = [
+    "Operator",
     "PolicyReport",
     "Recorder",
     "Sample",

@@ -102,6 +102,9 @@ class ClusterState:
         self._ha_failing: list[str] | None = None
         #: When each host's CPU load last changed, and to what (its one CPU sample).
         self._load_since: dict[str, tuple[float, float]] = {}
+        #: Hosts whose VMs want more CPU than the host has: host -> wanted % (over 100), before the
+        #: cap a host's reported load has (the report's unmet demand).
+        self._overload: dict[str, float] = {}
         self._demand: Counter[tuple[float, float, float]] = Counter()
         self._dirty: set[str] = set()
         self._states = {h: self.host_state(h) for h in self._base}
@@ -178,7 +181,12 @@ class ClusterState:
     def _changed(self, host_id: str, *, load: bool = False) -> None:
         if load:
             vms = self._vms[host_id].values()
-            pct = min(100.0, sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id])
+            wanted = sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id]
+            if wanted > 100.0:
+                self._overload[host_id] = wanted
+            else:
+                self._overload.pop(host_id, None)
+            pct = min(100.0, wanted)
             self._load_since[host_id] = (self.clock, round(pct, 3))
         self._dirty.add(host_id)
 

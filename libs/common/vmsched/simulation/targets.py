@@ -9,7 +9,7 @@ table above it.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -36,12 +36,18 @@ class Verdict:
     met: bool
     #: How the value was obtained, for the reader.
     how: str
+    #: Why it was missed, as far as the report can tell (the main cause); empty when met.
+    why: str = ""
 
     def line(self) -> str:
         mark = "met" if self.met else f"missed by {self.value - self.limit:.2f}"
         if not self.met and self.limit > 0:
             mark += f" ({100.0 * (self.value - self.limit) / self.limit:.0f}%)"
-        return f"{self.policy}: {self.target}: {self.value:.2f} <= {self.limit:g}: {mark} [{self.how}]"
+        text = f"{self.policy}: {self.target}: {self.value:.2f} <= {self.limit:g}: {mark} [{self.how}]"
+        if not self.met:
+            why = self.why or f"measured {self.value:.2f} against a limit of {self.limit:g}"
+            text += f"\n      why: {why}"
+        return text
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +55,30 @@ class Verdict:
 
 def _spread_after_warm_up(report: PolicyReport) -> list[float]:
     return [s.cpu_spread for s in report.samples if s.at_s >= WARM_UP_S and s.vms > 0]
+
+
+def _busy_mean(r: PolicyReport, value: str) -> float:
+    values = [float(getattr(s, value)) for s in r.samples if s.vms > 0 and s.hosts_used > 0]
+    return float(np.mean(values)) if values else 0.0
+
+
+def _packing_why(r: PolicyReport) -> str:
+    cpu, mem = _busy_mean(r, "cpu_mean_in_use"), _busy_mean(r, "mem_mean_in_use")
+    high = r.high_utilization_pct
+    causes = []
+    if r.cpu_capacity_ratio_mean < r.packing_ratio_mean - 0.1:
+        causes.append(
+            f"it keeps smaller hosts than FFD (CPUs of its hosts / FFD's {r.cpu_capacity_ratio_mean:.2f} against"
+            f" hosts {r.packing_ratio_mean:.2f}): it fills small hosts rather than opening large ones"
+        )
+    if cpu < high - 10 and mem < 90:
+        causes.append(
+            f"its hosts in use run at CPU {cpu:.0f}% and memory {mem:.0f}% on average, well under"
+            f" HighUtilization {high:g}%: it stops short of the headroom"
+        )
+    if r.packing_ratio_of_means < r.packing_ratio_mean - 0.1:
+        causes.append(f"as a ratio of means it is {r.packing_ratio_of_means:.2f}: nearly empty samples weigh in")
+    return "; ".join(causes) or f"hosts in use at CPU {cpu:.0f}%, memory {mem:.0f}% on average"
 
 
 def _power_saving(r: PolicyReport) -> list[Verdict]:
@@ -59,9 +89,28 @@ def _power_saving(r: PolicyReport) -> list[Verdict]:
             r.packing_ratio_mean,
             1.05,
             r.packing_ratio_mean <= 1.05,
-            f"mean over samples with VMs; CPUs of the hosts used / of FFD's {r.cpu_capacity_ratio_mean:.2f}",
+            f"mean over samples with VMs (ratio of means {r.packing_ratio_of_means:.2f}); CPUs of the hosts used"
+            f" / of FFD's {r.cpu_capacity_ratio_mean:.2f}",
+            _packing_why(r),
         )
     ]
+
+
+def _spread_why(r: PolicyReport) -> str:
+    if r.balance_passes == 0:
+        return "the policy has no balance unit: nothing evens the hosts after placement"
+    if r.migrations == 0:
+        busiest = max((s.cpu_max for s in r.samples), default=0.0)
+        if r.migrations_unplaced:
+            return f"the balance unit picked VMs {r.migrations_unplaced} times and found no target for any"
+        return (
+            f"{r.balance_passes} balancing passes moved nothing: the busiest host peaked at {busiest:.0f}%, never"
+            f" over HighUtilization {r.high_utilization_pct:g}%, the only imbalance the unit acts on"
+        )
+    return (
+        f"{r.migrations} migrations left a spread of {r.cpu_spread_last_quarter:.1f} points in the last quarter"
+        f" (placements alone: {r.cpu_spread_first_quarter:.1f} in the first)"
+    )
 
 
 def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
@@ -75,6 +124,7 @@ def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
             10.0,
             p95 <= 10.0,
             f"95th percentile of samples after the first hour (mean {np.mean(spreads) if spreads else 0.0:.1f})",
+            _spread_why(r),
         ),
         Verdict(
             r.policy,
@@ -83,6 +133,7 @@ def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
             1.0,
             r.migrations_per_host_hour <= 1.0,
             f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
+            f"{r.migrations} migrations in {r.balance_passes} passes, {r.returns} of them back to a host the VM left",
         ),
         Verdict(
             r.policy,
@@ -91,26 +142,40 @@ def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
             0.0,
             r.ping_pongs == 0,
             f"{r.returns} returns at any time",
+            f"{r.ping_pongs} VMs went back to a host within their cool-down: the cool-down did not hold them",
         ),
     ]
 
 
 def _vm_evenly_distributed(r: PolicyReport) -> list[Verdict]:
-    # The even-VM-count rule's own notion: a cluster is unbalanced when a host runs more than
-    # HighVmCount VMs and another runs at least MigrationThreshold fewer.
+    # The VM-count spread (most VMs on a host - fewest) at the end, held to the rule's own
+    # tolerance (fewer than MigrationThreshold apart) whether or not a host is over HighVmCount:
+    # the rule acts only above HighVmCount, so below it the spread can grow unchecked, and the
+    # target says so rather than calling that balanced.
     high = int(r.properties.get(HIGH_VM_COUNT_PROPERTY, "10"))
     threshold = int(r.properties.get(MIGRATION_THRESHOLD_PROPERTY, "5"))
     spread = r.vm_count_spread_final
-    balanced = r.vm_count_max_final <= high or spread < threshold
+    limit = float(threshold - 1)
+    if r.vm_count_max_final <= high:
+        why = (
+            f"no host is over HighVmCount {high} (most {r.vm_count_max_final} VMs), and the even-VM-count rule"
+            f" acts only above it: {r.migrations} migrations"
+        )
+    else:
+        why = (
+            f"{r.migrations} migrations in {r.balance_passes} passes did not close the gap"
+            f" (most {r.vm_count_max_final} VMs on a host)"
+        )
     return [
         Verdict(
             r.policy,
-            "VM count spread at the end, when a host is over HighVmCount",
+            "VM count spread at the end (most VMs on a host - fewest)",
             float(spread),
-            float(threshold - 1) if r.vm_count_max_final > high else float(max(spread, threshold - 1)),
-            balanced,
+            limit,
+            spread <= limit,
             f"most {r.vm_count_max_final} VMs on a host, HighVmCount {high}, MigrationThreshold {threshold};"
             f" {r.migrations} migrations",
+            why,
         )
     ]
 
@@ -126,6 +191,8 @@ def _speed(r: PolicyReport) -> Verdict:
         SPEED_LIMIT_S,
         projected <= SPEED_LIMIT_S,
         f"{r.vm_events:,} events in {engine_s:.1f} s without the report's sampling",
+        f"{1000.0 * per_event:.2f} ms per VM event; {r.balance_passes} balancing passes and {r.migrations}"
+        f" migrations ran in that time too",
     )
 
 
@@ -142,7 +209,8 @@ def verdicts(reports: Sequence[PolicyReport]) -> list[Verdict]:
             out += _vm_evenly_distributed(r)
         if r.hosts >= SPEED_HOSTS:
             out.append(_speed(r))
-    return out
+    # A cause is for a miss; a met target's would read as a complaint.
+    return [v if not v.met else replace(v, why="") for v in out]
 
 
 def render_verdicts(found: Sequence[Verdict]) -> str:

@@ -50,6 +50,12 @@ class HostSpec(_Model):
     networks: list[Id] = Field(default_factory=list, description="Networks the host is attached to.")
     labels: dict[str, str] = Field(default_factory=dict, description="Host labels (availability_zone, ...).")
     is_spm: bool = Field(False, description="oVirt's Storage Pool Manager (counts as busier).")
+    idle_watts: float | None = Field(
+        None, ge=0, le=100_000, description="Power drawn idle, W (default: by the host's size, see docs/simulating.md)."
+    )
+    max_watts: float | None = Field(
+        None, ge=0, le=100_000, description="Power drawn at 100 % CPU, W (linear between; default: by size)."
+    )
 
     def ids(self) -> list[str]:
         return _host_ids(self.id, self.count)

@@ -14,7 +14,7 @@ from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import require_matplotlib
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report
 from vmsched.simulation.workload import Workload
-from vmsched_services.tools.simulate import emit, policies_of, workload_of
+from vmsched_services.tools.simulate import emit, policies_of, policy_names, workload_of
 from vmsched_services.tools.simulate_bus.compare import BusSummary, summary_of
 from vmsched_services.tools.simulate_bus.recording import RecordingSimulation
 from vmsched_services.tools.simulate_bus.replaying import replay
@@ -58,7 +58,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     workload = workload_of(args)
     if args.plot:
         require_matplotlib()  # before the replay, not after it
-    policies = policies_of(args.policy, workload)
+    policies = policies_of(policy_names(args), workload)
     result = asyncio.run(run_over_bus(settings, workload, policies, per_host=bool(args.plot)))
     extra = {"over_bus": {"services_started": result.started, "policies": [s.as_json() for s in result.summaries]}}
     text = render_over_bus(result)
