@@ -25,7 +25,7 @@ from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
-from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
+from vmsched.simulation.report import PolicyReport, Recorder, headroom_of, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
@@ -115,9 +115,9 @@ async def run_all(
     hosts = len(workload.host_ids())
     runs = []
     for policy in policies:
-        recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host)
-        counts, timing = await simulate(workload, policy, recorder)
         properties = effective_policy(workload, policy).properties
+        recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host, cpu_limit_pct=headroom_of(properties))
+        counts, timing = await simulate(workload, policy, recorder)
         report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)
         runs.append((report, recorder.hosts))
     return runs

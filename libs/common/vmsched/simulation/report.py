@@ -62,17 +62,44 @@ def ffd_bins(
     return used, overflow
 
 
-def bins_of(table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None) -> list[tuple[float, float, float]]:
+def lower_bound(items: Mapping[Size, int], capacities: Sequence[Sequence[float]]) -> int:
+    """The fewest bins any packing needs: per dimension, the fewest of the largest bins whose
+    capacities add up to the items' total (ceil(sum demand / capacity) for bins of one size); the
+    most over the dimensions. 0 without items; every bin when even all of them fall short."""
+    if not capacities or not items:
+        return 0
+    caps = np.array([list(c) for c in capacities], dtype=np.float64)
+    sizes = np.array([list(k) for k in items], dtype=np.float64)
+    total = (sizes * np.array(list(items.values()), dtype=np.float64)[:, None]).sum(axis=0)
+    need = 0
+    for d in range(caps.shape[1]):
+        if total[d] <= 0 or not np.isfinite(caps[:, d]).all():
+            continue
+        cum = np.cumsum(np.sort(caps[:, d])[::-1])
+        # a hair of slack: sums of fractional loads must not ask for a bin of rounding noise
+        need = max(need, min(int(np.searchsorted(cum, total[d] - 1e-6)) + 1, len(cum)))
+    return need
+
+
+def headroom_of(properties: Mapping[str, str]) -> float:
+    """The CPU % a policy packs hosts to: its HighUtilization, 100 when it has none."""
+    value = properties.get("HighUtilization")
+    return float(value) if value else 100.0
+
+
+def bins_of(
+    table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None, cpu_limit_pct: float = 100.0
+) -> list[tuple[float, float, float]]:
     """The hosts as bins, largest first: (memory placement may use (free memory and the overcommit
     limit both bind), vCPUs, CPU load in % of one CPU). vCPUs are unbounded without a vCPU ratio:
-    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by 100 % of
-    every CPU."""
+    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by
+    `cpu_limit_pct` of every CPU (the policy's HighUtilization: the headroom it packs to)."""
     idx = table.index_of(alive)
     pct = min(100.0, float(table.settings.memory_overcommit_pct))
     mem = pct * table.physical_mem_mb[idx] / 100.0 - table.reserved_mem_mb[idx]
     cpus = table.effective_cpus[idx]
     vcpus = cpus * vcpus_per_cpu if vcpus_per_cpu is not None else np.full(len(idx), math.inf)
-    load = cpus * 100.0
+    load = cpus * cpu_limit_pct
     order = np.lexsort((np.asarray(alive), -load, -mem))  # largest memory first, then CPUs, then id
     return [(float(mem[i]), float(vcpus[i]), float(load[i])) for i in order]
 
@@ -103,6 +130,8 @@ class Sample:
     #: hosts of several sizes, hosts used can be twice the bound while the CPUs are close to it.
     cpus_used: float = 0.0
     ffd_cpus: float = 0.0
+    #: The fewest hosts any packing of the demand needs (`lower_bound`), same headroom as FFD's.
+    lb_hosts: int = 0
 
 
 def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArray]:
@@ -111,14 +140,14 @@ def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArr
     return table.cpu_usage_pct[idx], 100.0 * table.mem_committed_mb[idx] / usable
 
 
-def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
+def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None, cpu_limit_pct: float = 100.0) -> Sample:
     table = snapshot.table
     idx = table.index_of(snapshot.alive)
     in_use = table.vm_count[idx] > 0
     used = int(in_use.sum())
-    bins = bins_of(table, snapshot.alive, vcpus_per_cpu)
+    bins = bins_of(table, snapshot.alive, vcpus_per_cpu, cpu_limit_pct)
     ffd_used, _ = ffd_bins(snapshot.demand, bins)
-    ffd_cpus = sum(load / 100.0 for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
+    ffd_cpus = sum(load / cpu_limit_pct for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
     cpus_used = float(table.effective_cpus[idx][in_use].sum())
     cpu, mem = utilisation(table, idx)
     return Sample(
@@ -138,6 +167,7 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None) -> Sample:
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,
+        lb_hosts=lower_bound(snapshot.demand, bins),
     )
 
 
@@ -145,13 +175,17 @@ class Recorder:
     """The sampler a simulation calls: keeps one Sample per sample instant and, with `per_host`,
     every host's CPU %, memory % and VM count (bounded in time: HostSeries) for the heat maps."""
 
-    def __init__(self, vcpus_per_cpu: float | None = None, *, per_host: bool = False) -> None:
+    def __init__(
+        self, vcpus_per_cpu: float | None = None, *, per_host: bool = False, cpu_limit_pct: float = 100.0
+    ) -> None:
         self.vcpus_per_cpu = vcpus_per_cpu
+        #: The CPU headroom the packing bounds give each host (the policy's HighUtilization).
+        self.cpu_limit_pct = cpu_limit_pct
         self.samples: list[Sample] = []
         self.hosts: HostSeries | None = HostSeries() if per_host else None
 
     def __call__(self, snapshot: Snapshot) -> None:
-        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu))
+        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu, self.cpu_limit_pct))
         if self.hosts is not None:
             table = snapshot.table
             cpu, mem = utilisation(table, np.arange(len(table)))
@@ -415,6 +449,8 @@ __all__ = [
     "bins_of",
     "ffd_bins",
     "first_fit_decreasing",
+    "headroom_of",
+    "lower_bound",
     "policy_report",
     "render_table",
     "sample_of",

@@ -12,7 +12,8 @@ from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import require_matplotlib
-from vmsched.simulation.report import PolicyReport, Recorder, policy_report
+from vmsched.simulation.deciding import effective_policy
+from vmsched.simulation.report import PolicyReport, Recorder, headroom_of, policy_report
 from vmsched.simulation.workload import Workload
 from vmsched_services.tools.simulate import emit, policies_of, workload_of
 from vmsched_services.tools.simulate_bus.compare import BusSummary, summary_of
@@ -42,7 +43,8 @@ async def run_over_bus(
         for policy in policies:
             local = RecordingSimulation(workload, policy)
             await local.run()
-            recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host)
+            headroom = headroom_of(effective_policy(workload, policy).properties)
+            recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host, cpu_limit_pct=headroom)
             bus = await replay(svc, workload, policy, recorder)
             report = policy_report(
                 policy.name, hosts, bus.counts, bus.timing(), recorder.samples, bus.policy.properties
