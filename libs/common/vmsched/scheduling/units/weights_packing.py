@@ -40,7 +40,9 @@ import numpy as np
 from vmsched.contracts import VmReport, VmSpec
 from vmsched.scheduling.hosts import FloatArray, HostTable
 from vmsched.scheduling.properties import HOSTS_IN_RESERVE_PROPERTY, POWER_MANAGEMENT_PROPERTY
+from vmsched.scheduling.units.balance_load import destination_mask, effective_load, order_by
 from vmsched.scheduling.units.balance_power import POWER_OFF, POWER_ON, power_saving_balance
+from vmsched.scheduling.units.balance_search import Fit, MovableVms, find_migration
 from vmsched.scheduling.units.base import BalanceOutcome, Migration, PolicyUnit, PowerChange, Props, prop_bool, prop_int
 from vmsched.scheduling.units.helpers import (
     CPU_OVERCOMMIT_DURATION,
@@ -48,6 +50,7 @@ from vmsched.scheduling.units.helpers import (
     VCPU_CONSUMPTION_PCT,
     current_host_position,
     except_current_host,
+    fmt_num,
     max_scheduling_memory_mb,
     vm_memory_need_mb,
 )
@@ -64,6 +67,8 @@ from vmsched.scheduling.units.weights import (
 #: Where each kind of host starts on the weight's scale (see the module doc).
 EMPTY_BASE: Final = 3.0
 OVER_BASE: Final = 5.0
+#: CPU points under HighUtilization a consolidation leaves on the hosts it fills.
+CONSOLIDATION_MARGIN: Final = 5.0
 #: The highest weight a host with known topology gets (an empty host over the headroom).
 PACKING_MAXIMUM: Final = OVER_BASE + 3.0
 
@@ -105,9 +110,44 @@ def packing_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
 
 
 def packing_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> BalanceOutcome:
-    """Power saving's migration with power advice by host size (see the module doc)."""
-    outcome = power_saving_balance(hosts, vms, props)
-    return BalanceOutcome(outcome.migration, _power_advice_by_size(hosts, props, outcome.migration))
+    """Power saving's migration, else a consolidation; power advice by host size (see the module doc)."""
+    migration = power_saving_balance(hosts, vms, props).migration
+    if migration is None:
+        migration = _consolidation(hosts, vms, props)
+    return BalanceOutcome(migration, _power_advice_by_size(hosts, props, migration))
+
+
+def _consolidation(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> Migration | None:
+    """Empty the host in use that holds least (CPU and memory, as shares of the largest host's)
+    when the other hosts in use have room for all it holds within HighUtilization less
+    CONSOLIDATION_MARGIN: one of its VMs to one of them. Power saving evacuates a host only below
+    LowUtilization, so when the load curve falls in the evening hosts stay half full; this frees
+    the one a first-fit-decreasing packing would not need. The margin keeps a host just filled
+    from going over HighUtilization (and being relieved) at the next rise of the load."""
+    cpus = hosts.effective_cpus
+    used = destination_mask(hosts) & ((hosts.vm_count + hosts.pending_vm_count) > 0) & (cpus > 0)
+    if int(np.count_nonzero(used)) < 2:
+        return None
+    target = float(prop_int(props, "HighUtilization", 80)) - CONSOLIDATION_MARGIN
+    load = effective_load(hosts)
+    sched = np.maximum(max_scheduling_memory_mb(hosts), 0.0)
+    cpu_use = load * cpus
+    mem_use = hosts.mem_committed_mb + hosts.pending_mem_mb
+    held = cpu_use / max(float(cpu_use.max()), 1e-9) + mem_use / max(float(mem_use.max()), 1e-9)
+    s = order_by(used, held, descending=False)[0]
+    others = used.copy()
+    others[s] = False
+    cpu_room = float((np.maximum(target - load, 0.0) * cpus)[others].sum())
+    if cpu_room < cpu_use[s] or float(sched[others].sum()) < mem_use[s]:
+        return None
+
+    def reason(i: int) -> str:
+        return (
+            f"host {hosts.ids[i]} (CPU {fmt_num(round(float(load[i]), 1))}%, {fmt_num(round(float(mem_use[i])))} MB)"
+            f" fits on the other {int(np.count_nonzero(others))} hosts in use within {fmt_num(target)}%: emptying it"
+        )
+
+    return find_migration(hosts, MovableVms(vms), [s], others, Fit(hosts, target, 0.0, load), reason)
 
 
 def _power_advice_by_size(hosts: HostTable, props: Props, migration: Migration | None) -> tuple[PowerChange, ...]:
