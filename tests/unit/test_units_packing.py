@@ -42,7 +42,7 @@ def test_registered_and_in_the_tight_packing_policy() -> None:
     assert PACKING.kinds == ("weight", "balance")
     policy = BUILTIN_POLICIES["tight_packing"]
     assert policy.balance == "OptimalForPacking"
-    assert [w.unit for w in policy.weights][0] == "OptimalForPacking"
+    assert next(w.unit for w in policy.weights) == "OptimalForPacking"
     policy.validate_against(REGISTRY)
     # power_saving stays oVirt's
     assert [w.unit for w in BUILTIN_POLICIES["power_saving"].weights][:2] == [

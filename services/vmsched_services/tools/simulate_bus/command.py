@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
+from vmsched.simulation.deciding import effective_policy
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.plots import require_matplotlib
-from vmsched.simulation.deciding import effective_policy
 from vmsched.simulation.report import PolicyReport, Recorder, headroom_of, policy_report
 from vmsched.simulation.workload import Workload
 from vmsched_services.tools.simulate import emit, policies_of, workload_of
