@@ -19,7 +19,7 @@ from vmsched.scheduling.placement import Outcome, Placed
 from vmsched.scheduling.policy import BUILTIN_POLICIES
 from vmsched.simulation.engine import Simulation, decide
 from vmsched.simulation.generator import GeneratorSpec, generate
-from vmsched.simulation.report import first_fit_decreasing
+from vmsched.simulation.packing_bound import first_fit_decreasing
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.workload import (
     HostFailure,

@@ -25,6 +25,7 @@ from vmsched.scheduling.units import REGISTRY
 from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
+from vmsched.simulation.packing_bound import headroom_of
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
 from vmsched.simulation.power import power_model
 from vmsched.simulation.report import Operator, PolicyReport, Recorder, policy_report, render_table
@@ -131,7 +132,10 @@ async def run_all(
     for policy in policies:
         properties = effective_policy(workload, policy).properties
         recorder = Recorder(
-            workload.cluster.vcpus_per_cpu, per_host=per_host, operator=operator_of(workload, properties)
+            workload.cluster.vcpus_per_cpu,
+            per_host=per_host,
+            operator=operator_of(workload, properties),
+            cpu_limit_pct=headroom_of(properties),
         )
         counts, timing = await simulate(workload, policy, recorder)
         report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)

@@ -157,6 +157,8 @@ EVENLY_DISTRIBUTED_ID: Final = UUID("20d25257-b4bd-4589-92a6-c4c5c5d3fd1a")
 POWER_SAVING_ID: Final = UUID("5a2b0939-7d46-4b73-a469-e9c2c7fc6a53")
 VM_EVENLY_DISTRIBUTED_ID: Final = UUID("8d5d7bec-68de-4a67-b53e-0ac54686d579")
 CLUSTER_MAINTENANCE_ID: Final = UUID("7677771e-5eab-422e-83fa-dc04080d21b7")
+#: vmsched's own (oVirt has no such policy): a fixed id of its own.
+TIGHT_PACKING_ID: Final = UUID("3c6f1d2e-8a41-4f0b-9e57-2d7c1b9a6f10")
 
 #: The filter set every built-in policy runs: oVirt's (InternalClusterPolicies), for the units
 #: vmsched has; cheap exclusions first, the affinity groups after the resource checks.
@@ -245,6 +247,15 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                     *_COMMON_WEIGHTS,
                 ),
                 "OptimalForCpuPowerSaving",
+                {**_THRESHOLDS, "LowUtilization": "20"},
+            ),
+            _builtin(
+                TIGHT_PACKING_ID,
+                "tight_packing",
+                "Pack VMs by CPU and memory together onto as few hosts as possible, largest hosts first"
+                " (vmsched's own; power_saving stays oVirt's).",
+                (PolicyWeight(unit="OptimalForPacking", factor=2), *_COMMON_WEIGHTS),
+                "OptimalForPacking",
                 {**_THRESHOLDS, "LowUtilization": "20"},
             ),
             _builtin(

@@ -57,19 +57,46 @@ def ffd_bins(
     return used, overflow
 
 
-def bins_of(table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None) -> list[tuple[float, float, float]]:
+def lower_bound(items: Mapping[Size, int], capacities: Sequence[Sequence[float]]) -> int:
+    """The fewest bins any packing needs: per dimension, the fewest of the largest bins whose
+    capacities add up to the items' total (ceil(sum demand / capacity) for bins of one size); the
+    most over the dimensions. 0 without items; every bin when even all of them fall short."""
+    if not capacities or not items:
+        return 0
+    caps = np.array([list(c) for c in capacities], dtype=np.float64)
+    sizes = np.array([list(k) for k in items], dtype=np.float64)
+    total = (sizes * np.array(list(items.values()), dtype=np.float64)[:, None]).sum(axis=0)
+    need = 0
+    for d in range(caps.shape[1]):
+        if total[d] <= 0 or not np.isfinite(caps[:, d]).all():
+            continue
+        cum = np.cumsum(np.sort(caps[:, d])[::-1])
+        # a hair of slack: sums of fractional loads must not ask for a bin of rounding noise
+        need = max(need, min(int(np.searchsorted(cum, total[d] - 1e-6)) + 1, len(cum)))
+    return need
+
+
+def headroom_of(properties: Mapping[str, str]) -> float:
+    """The CPU % a policy packs hosts to: its HighUtilization, 100 when it has none."""
+    value = properties.get("HighUtilization")
+    return float(value) if value else 100.0
+
+
+def bins_of(
+    table: HostTable, alive: Sequence[str], vcpus_per_cpu: float | None, cpu_limit_pct: float = 100.0
+) -> list[tuple[float, float, float]]:
     """The hosts as bins, largest first: (memory placement may use (free memory and the overcommit
     limit both bind), vCPUs, CPU load in % of one CPU). vCPUs are unbounded without a vCPU ratio:
-    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by 100 % of
-    every CPU."""
+    the CPU filter only limits one VM's vCPUs to the host's CPUs; the load is bounded by
+    `cpu_limit_pct` of every CPU (the policy's HighUtilization: the headroom it packs to)."""
     idx = table.index_of(alive)
     pct = min(100.0, float(table.settings.memory_overcommit_pct))
     mem = pct * table.physical_mem_mb[idx] / 100.0 - table.reserved_mem_mb[idx]
     cpus = table.effective_cpus[idx]
     vcpus = cpus * vcpus_per_cpu if vcpus_per_cpu is not None else np.full(len(idx), math.inf)
-    load = cpus * 100.0
+    load = cpus * cpu_limit_pct
     order = np.lexsort((np.asarray(alive), -load, -mem))  # largest memory first, then CPUs, then id
     return [(float(mem[i]), float(vcpus[i]), float(load[i])) for i in order]
 
 
-__all__ = ["bins_of", "ffd_bins", "first_fit_decreasing"]
+__all__ = ["bins_of", "ffd_bins", "first_fit_decreasing", "headroom_of", "lower_bound"]

@@ -14,8 +14,8 @@ import numpy as np
 from vmsched.scheduling.hosts import FloatArray, HostTable, IndexArray
 from vmsched.simulation.figures import J_PER_KWH, durations, integral, ratio
 from vmsched.simulation.hostseries import HostSeries, Metric
-from vmsched.simulation.packing_bound import bins_of, ffd_bins, first_fit_decreasing
-from vmsched.simulation.power import PowerModel, default_watts
+from vmsched.simulation.operator_figures import Operator, operator_figures
+from vmsched.simulation.packing_bound import bins_of, ffd_bins, lower_bound
 from vmsched.simulation.records import Counts, Snapshot, Timing
 
 
@@ -62,6 +62,8 @@ class Sample:
     vcpu_ratio_max: float = 0.0
     mem_ratio: float = 0.0
     mem_ratio_max: float = 0.0
+    #: The fewest hosts any packing of the demand needs (`lower_bound`), same headroom as FFD's.
+    lb_hosts: int = 0
 
 
 def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArray]:
@@ -70,64 +72,19 @@ def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArr
     return table.cpu_usage_pct[idx], 100.0 * table.mem_committed_mb[idx] / usable
 
 
-class Operator:
-    """What the operator figures of a sample need besides the snapshot: each host's (idle,
-    maximum) watts (a host not named: power.default_watts of its cores) and HighUtilization."""
-
-    def __init__(self, watts: PowerModel | None = None, high_utilization: float = 80.0) -> None:
-        self.watts = dict(watts or {})
-        self.high_utilization = high_utilization
-        self._cached: tuple[tuple[str, ...], FloatArray, FloatArray] | None = None
-
-    def model(self, table: HostTable) -> tuple[FloatArray, FloatArray]:
-        """Idle and maximum watts in the table's host order (kept while the hosts are the same)."""
-        ids = tuple(table.ids)
-        if self._cached is None or self._cached[0] != ids:
-            cores = table.cpu_cores.tolist()
-            pairs = [self.watts.get(h) or default_watts(int(c)) for h, c in zip(ids, cores, strict=True)]
-            idle = np.array([p[0] for p in pairs], dtype=np.float64)
-            self._cached = ids, idle, np.array([p[1] for p in pairs], dtype=np.float64)
-        return self._cached[1], self._cached[2]
-
-
-def _operator_figures(snapshot: Snapshot, idx: IndexArray, op: Operator) -> dict[str, Any]:
-    table = snapshot.table
-    idle_all, peak_all = op.model(table)
-    off = np.zeros(len(table), dtype=np.bool_)
-    off[table.index_of(sorted(snapshot.off))] = True
-    on = ~off[idx]
-    cpu = table.cpu_usage_pct[idx]
-    idle, peak = idle_all[idx], peak_all[idx]
-    drawn = idle + (peak - idle) * np.clip(cpu, 0.0, 100.0) / 100.0
-    cpus = table.effective_cpus[idx]
-    unmet = sum(
-        (pct - 100.0) / 100.0 * float(table.effective_cpus[table.index[h]]) for h, pct in snapshot.overload.items()
-    )
-    in_use = table.vm_count[idx] > 0
-    usable = np.maximum(table.physical_mem_mb[idx] - table.reserved_mem_mb[idx], 1.0)
-    vcpus, mem = table.vcpus_committed[idx], table.mem_committed_mb[idx]
-    return {
-        "cpu_max": float(cpu.max()) if len(idx) else 0.0,
-        "power_w": float(drawn[on].sum()),
-        "off_idle_w": float(idle[~on].sum()),
-        "cpu_wanted": float((cpu * cpus).sum() / 100.0) + unmet,
-        "cpu_unmet": unmet,
-        "hosts_over_high": int((on & (cpu > op.high_utilization)).sum()),
-        "vcpu_ratio": float(vcpus[in_use].sum() / max(float(cpus[in_use].sum()), 1e-9)) if in_use.any() else 0.0,
-        "vcpu_ratio_max": float((vcpus[in_use] / np.maximum(cpus[in_use], 1e-9)).max()) if in_use.any() else 0.0,
-        "mem_ratio": float(mem[in_use].sum() / float(usable[in_use].sum())) if in_use.any() else 0.0,
-        "mem_ratio_max": float((mem[in_use] / usable[in_use]).max()) if in_use.any() else 0.0,
-    }
-
-
-def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None, operator: Operator | None = None) -> Sample:
+def sample_of(
+    snapshot: Snapshot,
+    vcpus_per_cpu: float | None = None,
+    operator: Operator | None = None,
+    cpu_limit_pct: float = 100.0,
+) -> Sample:
     table = snapshot.table
     idx = table.index_of(snapshot.alive)
     in_use = table.vm_count[idx] > 0
     used = int(in_use.sum())
-    bins = bins_of(table, snapshot.alive, vcpus_per_cpu)
+    bins = bins_of(table, snapshot.alive, vcpus_per_cpu, cpu_limit_pct)
     ffd_used, _ = ffd_bins(snapshot.demand, bins)
-    ffd_cpus = sum(load / 100.0 for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
+    ffd_cpus = sum(load / cpu_limit_pct for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
     cpus_used = float(table.effective_cpus[idx][in_use].sum())
     cpu, mem = utilisation(table, idx)
     return Sample(
@@ -147,7 +104,8 @@ def sample_of(snapshot: Snapshot, vcpus_per_cpu: float | None = None, operator: 
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,
-        **_operator_figures(snapshot, idx, operator or Operator()),
+        lb_hosts=lower_bound(snapshot.demand, bins),
+        **operator_figures(snapshot, idx, operator or Operator()),
     )
 
 
@@ -156,15 +114,22 @@ class Recorder:
     every host's CPU %, memory % and VM count (bounded in time: HostSeries) for the heat maps."""
 
     def __init__(
-        self, vcpus_per_cpu: float | None = None, *, per_host: bool = False, operator: Operator | None = None
+        self,
+        vcpus_per_cpu: float | None = None,
+        *,
+        per_host: bool = False,
+        operator: Operator | None = None,
+        cpu_limit_pct: float = 100.0,
     ) -> None:
         self.vcpus_per_cpu = vcpus_per_cpu
         self.operator = operator or Operator()
+        #: The CPU headroom the packing bounds give each host (the policy's HighUtilization).
+        self.cpu_limit_pct = cpu_limit_pct
         self.samples: list[Sample] = []
         self.hosts: HostSeries | None = HostSeries() if per_host else None
 
     def __call__(self, snapshot: Snapshot) -> None:
-        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu, self.operator))
+        self.samples.append(sample_of(snapshot, self.vcpus_per_cpu, self.operator, self.cpu_limit_pct))
         if self.hosts is not None:
             table = snapshot.table
             cpu, mem = utilisation(table, np.arange(len(table)))
@@ -484,9 +449,6 @@ __all__ = [
     "PolicyReport",
     "Recorder",
     "Sample",
-    "bins_of",
-    "ffd_bins",
-    "first_fit_decreasing",
     "policy_report",
     "render_table",
     "sample_of",

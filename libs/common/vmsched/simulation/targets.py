@@ -113,6 +113,54 @@ def _spread_why(r: PolicyReport) -> str:
     )
 
 
+#: tight_packing's limits: hosts used against first-fit-decreasing and against the lower bound.
+PACKING_FFD_LIMIT = 1.05
+PACKING_LB_LIMIT = 1.15
+
+
+def _packing_means(r: PolicyReport) -> tuple[float, float, float, int]:
+    """Mean hosts used, FFD hosts and lower-bound hosts over the samples with VMs after the first
+    hour, and how many samples: a ratio of means, which the nearly empty first samples (1 host
+    against 1, or 2 against 1) cannot dominate as they do a mean of ratios."""
+    busy = [s for s in r.samples if s.at_s >= WARM_UP_S and s.vms > 0]
+    if not busy:
+        return 0.0, 0.0, 0.0, 0
+    n = len(busy)
+    return (
+        sum(s.hosts_used for s in busy) / n,
+        sum(s.ffd_hosts for s in busy) / n,
+        sum(s.lb_hosts for s in busy) / n,
+        n,
+    )
+
+
+def _tight_packing(r: PolicyReport) -> list[Verdict]:
+    used, ffd, lb, n = _packing_means(r)
+    by_ffd = used / ffd if ffd > 0 else 0.0
+    by_lb = used / lb if lb > 0 else 0.0
+    how = f"ratio of means over {n} samples after the first hour: {used:.2f} hosts used"
+    return [
+        Verdict(
+            r.policy,
+            "hosts used / first-fit-decreasing hosts (ratio of means)",
+            round(by_ffd, 3),
+            PACKING_FFD_LIMIT,
+            by_ffd <= PACKING_FFD_LIMIT,
+            f"{how}, {ffd:.2f} FFD hosts (HighUtilization headroom)",
+            _packing_why(r),
+        ),
+        Verdict(
+            r.policy,
+            "hosts used / lower bound ceil(demand / capacity)",
+            round(by_lb, 3),
+            PACKING_LB_LIMIT,
+            by_lb <= PACKING_LB_LIMIT,
+            f"{how}, {lb:.2f} lower-bound hosts (largest hosts first, HighUtilization headroom)",
+            _packing_why(r),
+        ),
+    ]
+
+
 def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
     spreads = _spread_after_warm_up(r)
     p95 = float(np.percentile(spreads, 95)) if spreads else 0.0
@@ -207,6 +255,8 @@ def verdicts(reports: Sequence[PolicyReport]) -> list[Verdict]:
             out += _evenly_distributed(r)
         elif r.policy == "vm_evenly_distributed":
             out += _vm_evenly_distributed(r)
+        elif r.policy == "tight_packing":
+            out += _tight_packing(r)
         if r.hosts >= SPEED_HOSTS:
             out.append(_speed(r))
     # A cause is for a miss; a met target's would read as a complaint.
@@ -219,4 +269,14 @@ def render_verdicts(found: Sequence[Verdict]) -> str:
     return "\n".join(["quality targets:", *(f"  {v.line()}" for v in found)])
 
 
-__all__ = ["SPEED_EVENTS", "SPEED_HOSTS", "SPEED_LIMIT_S", "WARM_UP_S", "Verdict", "render_verdicts", "verdicts"]
+__all__ = [
+    "PACKING_FFD_LIMIT",
+    "PACKING_LB_LIMIT",
+    "SPEED_EVENTS",
+    "SPEED_HOSTS",
+    "SPEED_LIMIT_S",
+    "WARM_UP_S",
+    "Verdict",
+    "render_verdicts",
+    "verdicts",
+]

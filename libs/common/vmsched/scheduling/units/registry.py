@@ -36,6 +36,7 @@ from vmsched.scheduling.units.plugins import (
     load_plugins,
 )
 from vmsched.scheduling.units.weights import WEIGHT_UNITS
+from vmsched.scheduling.units.weights_packing import PACKING_UNITS
 
 if TYPE_CHECKING:
     from vmsched.settings import Settings
@@ -49,6 +50,7 @@ BUILTIN_UNITS: tuple[PolicyUnit, ...] = (
     *AFFINITY_UNITS,
     *NOVA_FILTER_UNITS,
     *NOVA_WEIGHT_UNITS,
+    *PACKING_UNITS,
 )
 
 #: The plugin call limit until a service sets its own (Settings.plugin_call_limit_s's default).
