@@ -29,25 +29,30 @@ from vmsched.simulation.report import PolicyReport, Recorder, policy_report, ren
 from vmsched.simulation.scenarios import SCENARIOS, load_scenario
 from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
-from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded
+from vmsched.simulation.workload_json import read_json_workload
+from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded, read_chunks_bounded
 from vmsched_services.tools.policy_commands import read_set
 
 
 def read_workload(path: str, cap: int | None = None) -> Workload:
     """A workload file (YAML, JSON or CSV) of at most `cap` bytes (default: WORKLOAD_CAP for JSON and
-    CSV, WORKLOAD_YAML_CAP for the rest); too big, and what is wrong with it and where, is a UsageError."""
-    if cap is not None:
-        text = read_bounded(path, cap, "workload file", "workloads", hint="--max-workload-size SIZE reads a bigger one")
-    elif path.lower().endswith((".json", ".csv")):
-        hint = "--max-workload-size SIZE reads a bigger one"
-        text = read_bounded(path, WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
-    else:
-        hint = (
-            f"YAML costs ~25 times what JSON does to read: write it as JSON (.json, read up to {human(WORKLOAD_CAP)}), "
-            "or pass --max-workload-size SIZE"
-        )
-        text = read_bounded(path, WORKLOAD_YAML_CAP, "workload file", "YAML workloads", hint=hint)
+    CSV, WORKLOAD_YAML_CAP for the rest); too big, and what is wrong with it and where, is a UsageError.
+    A .json file is read a MB at a time and its entries checked as they come (workload_json)."""
+    hint = "--max-workload-size SIZE reads a bigger one"
     try:
+        if path.lower().endswith(".json") and path != "-":
+            chunks = read_chunks_bounded(path, cap or WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
+            return read_json_workload(chunks, path)
+        if cap is not None:
+            text = read_bounded(path, cap, "workload file", "workloads", hint=hint)
+        elif path.lower().endswith(".csv"):
+            text = read_bounded(path, WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
+        else:
+            hint = (
+                f"YAML costs ~25 times what JSON does to read: write it as JSON (.json, read up to "
+                f"{human(WORKLOAD_CAP)}), or pass --max-workload-size SIZE"
+            )
+            text = read_bounded(path, WORKLOAD_YAML_CAP, "workload file", "YAML workloads", hint=hint)
         return parse_workload(text, path)
     except InvalidRequest as exc:
         raise UsageError(str(exc), hint="the format is docs/workload.schema.json") from None
