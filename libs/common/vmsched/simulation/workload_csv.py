@@ -157,13 +157,24 @@ def _policy_row(policies: dict[str, dict[str, Any]], row: dict[str, str | None],
         entry = {"unit": unit} | ({"position": p} if (p := _cell(row, "position")) else {})
         doc.setdefault("filters", []).append(entry)
     elif role == "weight":
-        doc.setdefault("weights", []).append({"unit": unit} | ({"factor": f} if (f := _cell(row, "factor")) else {}))
+        doc.setdefault("weights", []).append({"unit": unit} | ({"factor": _number(f)} if (f := _cell(row, "factor")) else {}))
     elif role == "balance":
         doc["balance"] = unit
     elif role == "property":
         doc.setdefault("properties", {})[unit] = value
     else:  # selector, description
         doc[role] = value
+
+
+def _number(text: str) -> Any:
+    """A factor as the number it is (a policy document's factors are numbers, not text); else the text,
+    for validation to refuse."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def _setting(raw: dict[str, Any], name: str, value: str, where: str) -> None:
