@@ -44,7 +44,9 @@ async def test_a_live_cluster_becomes_a_workload_with_its_hosts_vms_and_policy(s
             vary=lambda i: {"labels": {"rack": f"r{i}"}},
         )
         for i in range(4):
-            vm = factories.vm_report(cluster, f"vm{i}", hosts[i % 2], mem_mb=4096, vcpus=2, cpu_usage_pct=25.0, ha=i == 0)
+            vm = factories.vm_report(
+                cluster, f"vm{i}", hosts[i % 2], mem_mb=4096, vcpus=2, cpu_usage_pct=25.0, ha=i == 0
+            )
             await client.report_vm(vm)
         await client.report_vm(factories.vm_report(cluster, "gone", hosts[0], VmStatus.DOWN, mem_mb=1024, vcpus=1))
         for _ in range(600):  # the tracker applies reports in order; wait until the last VM is in

@@ -76,7 +76,10 @@ def test_yaml_round_trip_and_json_reads_too() -> None:
         ("hosts: [", "not valid YAML"),
         ("- 1", "expected a mapping"),
         ("hosts: []", "hosts: List should have at least 1 item"),
-        ("hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\nfailures: [{at_s: 1, host_id: x}]", "failures.0: host x: no such host; hosts are h"),
+        (
+            "hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\nfailures: [{at_s: 1, host_id: x}]",
+            "failures.0: host x: no such host; hosts are h",
+        ),
         (
             "hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\narrivals: [{at_s: 0, vm_id: a, mem_mb: 1, vcpus: 1, "
             "affinity_groups: [g]}]",

@@ -30,41 +30,76 @@ def chunks(text: str, size: int = 7) -> list[str]:
 def test_json_read_in_small_chunks_is_the_json_read_whole() -> None:
     data = doc(
         affinity_groups=[{"id": "g", "positive": False}],
-        arrivals=[{"vm_id": f"v{n}", "at_s": n * 1.5, "mem_mb": 512, "vcpus": 1, "affinity_groups": ["g"]} for n in range(5)],
+        arrivals=[
+            {"vm_id": f"v{n}", "at_s": n * 1.5, "mem_mb": 512, "vcpus": 1, "affinity_groups": ["g"]} for n in range(5)
+        ],
         departures=[{"vm_id": "v1", "at_s": 100}],
         sample_interval_s=60,
     )
     text = json.dumps(data, indent=2)
     whole = parse_workload(text, "w.json")
     assert read_json_workload(chunks(text), "w.json") == whole
-    assert whole.sample_interval_s == 60 and len(whole.arrivals) == 5
+    assert whole.sample_interval_s == 60
+    assert len(whole.arrivals) == 5
 
 
 def test_host_counts_are_named_as_the_schema_says_and_on_across_entries() -> None:
-    w = parse_workload(json.dumps({"hosts": [{"id": "h", "count": 8, **HOST}, {"id": "h", "count": 4, **HOST},
-                                             {"id": "big", "count": 12, **HOST}, {"id": "solo", **HOST}]}), "w.json")
-    assert w.host_ids() == [*(f"h{n}" for n in range(1, 9)), "h09", "h10", "h11", "h12",
-                            *(f"big{n:02d}" for n in range(1, 13)), "solo"]
+    w = parse_workload(
+        json.dumps(
+            {
+                "hosts": [
+                    {"id": "h", "count": 8, **HOST},
+                    {"id": "h", "count": 4, **HOST},
+                    {"id": "big", "count": 12, **HOST},
+                    {"id": "solo", **HOST},
+                ]
+            }
+        ),
+        "w.json",
+    )
+    assert w.host_ids() == [
+        *(f"h{n}" for n in range(1, 9)),
+        "h09",
+        "h10",
+        "h11",
+        "h12",
+        *(f"big{n:02d}" for n in range(1, 13)),
+        "solo",
+    ]
     assert HostSpec(id="r", count=12, **HOST).ids()[:2] == ["r01", "r02"]
 
 
 @pytest.mark.parametrize(
     ("data", "said"),
     [
-        (doc(arrivals=[{"vm_id": "v3", "at_s": 0, "mem_mb": 1, "vcpus": 1, "pinned_hosts": ["h9"]}]),
-         "arrivals.0.pinned_hosts: vm v3 names host h9: no such host; hosts are h1…h8"),
-        ({"arrivals": [{"vm_id": "v3", "at_s": 0, "mem_mb": 1, "vcpus": 1, "pinned_hosts": ["h9"]}],
-          "hosts": [{"id": "h", "count": 8, **HOST}]},
-         "arrivals.0.pinned_hosts: vm v3 names host h9: no such host; hosts are h1…h8"),  # hosts after arrivals
-        (doc(arrivals=[{"vm_id": "v", "at_s": 0, "mem_mb": 1, "vcpus": 1}] * 2),
-         "arrivals.1: vm_id 'v' repeats (arrivals.0 has it too)"),
-        ({"hosts": [{"id": "h1", **HOST}, {"id": "h", "count": 3, **HOST}]},
-         "hosts.1: host id 'h1' repeats (hosts.0 names it too)"),
-        (doc(departures=[{"vm_id": "x", "at_s": 1}], arrivals=[{"vm_id": "a", "at_s": 0, "mem_mb": 1, "vcpus": 1}]),
-         "departures.0: VM x: no such VM; VMs are a"),
+        (
+            doc(arrivals=[{"vm_id": "v3", "at_s": 0, "mem_mb": 1, "vcpus": 1, "pinned_hosts": ["h9"]}]),
+            "arrivals.0.pinned_hosts: vm v3 names host h9: no such host; hosts are h1…h8",
+        ),
+        (
+            {
+                "arrivals": [{"vm_id": "v3", "at_s": 0, "mem_mb": 1, "vcpus": 1, "pinned_hosts": ["h9"]}],
+                "hosts": [{"id": "h", "count": 8, **HOST}],
+            },
+            "arrivals.0.pinned_hosts: vm v3 names host h9: no such host; hosts are h1…h8",
+        ),  # hosts after arrivals
+        (
+            doc(arrivals=[{"vm_id": "v", "at_s": 0, "mem_mb": 1, "vcpus": 1}] * 2),
+            "arrivals.1: vm_id 'v' repeats (arrivals.0 has it too)",
+        ),
+        (
+            {"hosts": [{"id": "h1", **HOST}, {"id": "h", "count": 3, **HOST}]},
+            "hosts.1: host id 'h1' repeats (hosts.0 names it too)",
+        ),
+        (
+            doc(departures=[{"vm_id": "x", "at_s": 1}], arrivals=[{"vm_id": "a", "at_s": 0, "mem_mb": 1, "vcpus": 1}]),
+            "departures.0: VM x: no such VM; VMs are a",
+        ),
         (doc(arrivals=[{"vm_id": "a", "at_s": 0, "mem_mb": 1, "vcpus": "many"}]), "arrivals.0.vcpus"),
-        (doc(affinity_groups=[{"id": "g", "positive": True}, {"id": "g", "positive": True}]),
-         "affinity_groups.1: affinity group 'g' repeats (affinity_groups.0 is it too)"),
+        (
+            doc(affinity_groups=[{"id": "g", "positive": True}, {"id": "g", "positive": True}]),
+            "affinity_groups.1: affinity group 'g' repeats (affinity_groups.0 is it too)",
+        ),
     ],
 )
 def test_json_errors_name_the_entry_the_duplicate_and_the_valid_ids(data: dict[str, object], said: str) -> None:

@@ -127,7 +127,9 @@ def read_chunks_bounded(
                 try:
                     yield decoder.decode(data, final=not data)
                 except UnicodeDecodeError as exc:
-                    raise UsageError(f"{name}: not UTF-8 text (byte {total - len(data) + exc.start + 1} is not)") from None
+                    raise UsageError(
+                        f"{name}: not UTF-8 text (byte {total - len(data) + exc.start + 1} is not)"
+                    ) from None
                 if not data:
                     return
 

@@ -16,15 +16,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from vmsched.client import SchedulerClient
 from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedError
+from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.policy_docs import policy_of
 from vmsched.scheduling.units import REGISTRY
-from vmsched.simulation.engine import effective_policy, simulate
-from vmsched.client import SchedulerClient
-from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
+from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.from_cluster import cluster_policy, cluster_workload
 from vmsched.simulation.generator import HOST_MODELS, GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
@@ -35,8 +35,8 @@ from vmsched.simulation.targets import render_verdicts, verdicts
 from vmsched.simulation.traces import TRACE_FORMATS, azure_workload
 from vmsched.simulation.workload import HostSpec, Workload, dump_workload, parse_workload, schema_text
 from vmsched.simulation.workload_json import read_json_workload
-from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded, read_chunks_bounded
 from vmsched_services.tools.clikit import settings
+from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded, read_chunks_bounded
 from vmsched_services.tools.policy_commands import read_set
 
 
@@ -47,7 +47,9 @@ def read_workload(path: str, cap: int | None = None) -> Workload:
     hint = "--max-workload-size SIZE reads a bigger one"
     try:
         if path.lower().endswith(".json") and path != "-":
-            chunks = read_chunks_bounded(path, cap or WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
+            chunks = read_chunks_bounded(
+                path, cap or WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint
+            )
             return read_json_workload(chunks, path)
         if cap is not None:
             text = read_bounded(path, cap, "workload file", "workloads", hint=hint)
@@ -77,7 +79,9 @@ def read_trace(fmt: str, path: str, hosts: int, cap: int | None) -> Workload:
     """`--trace azure FILE`: the trace's VMs on `hosts` hosts of the generator's largest model."""
     if fmt not in TRACE_FORMATS:
         raise UsageError(f"--trace {fmt}: not a trace format this reads", hint="formats: " + ", ".join(TRACE_FORMATS))
-    text = read_bounded(path, cap or WORKLOAD_CAP, "trace file", "traces", hint="--max-workload-size SIZE reads a bigger one")
+    text = read_bounded(
+        path, cap or WORKLOAD_CAP, "trace file", "traces", hint="--max-workload-size SIZE reads a bigger one"
+    )
     cores, mem_gb, _ = max(HOST_MODELS)
     spec = HostSpec(id="h", count=hosts, cpu_cores=cores, cpu_threads=2 * cores, mem_mb=mem_gb * 1024)
     try:

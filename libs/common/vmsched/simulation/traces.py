@@ -5,7 +5,8 @@ row, without a header: vmid, subscriptionid, deploymentid, vmcreated, vmdeleted,
 p95maxcpu, vmcategory, vmcorecountbucket, vmmemorybucket; times are seconds from the trace's start,
 CPU figures percent of the VM's cores, and sizes buckets (cores 2, 4, 8, 12, 24, >24; memory GB 2,
 4, 8, 32, 64, >64). A VM becomes an arrival at vmcreated (less the first vmcreated), with vmdeleted
-- vmcreated as its lifetime, its vmid as its id (+ and / made - and .) and avgcpu as its load (p95maxcpu with `load="p95"`); a ">" bucket is
+- vmcreated as its lifetime, its vmid as its id (+ and / made - and .) and avgcpu as its load
+(p95maxcpu with `load="p95"`); a ">" bucket is
 taken as twice its bound. The trace has no hosts: they are `hosts` identical ones the caller gives.
 """
 

@@ -211,8 +211,7 @@ class Workload(_Model):
     def _consistent(self, info: ValidationInfo) -> Workload:
         if (info.context or {}).get(REFERENCES_CHECKED):
             return self  # the reader checked them entry by entry as it read them
-        refs = check_references(self)
-        object.__setattr__(self, "_named", refs)
+        check_references(self)
         return self
 
     def named_hosts(self) -> list[tuple[HostSpec, list[str]]]:
@@ -282,8 +281,8 @@ def parse_workload(text: str, source: str = "workload") -> Workload:
     deep), or CSV when `source` ends in .csv (workload_csv); InvalidRequest names `source`, and the
     line or field. The size of `text` is the caller's to bound."""
     # Imported here: the readers build this module's models.
-    from vmsched.simulation.workload_csv import csv_workload
-    from vmsched.simulation.workload_json import read_json_workload, workload_of_raw
+    from vmsched.simulation.workload_csv import csv_workload  # noqa: PLC0415 - they import this module
+    from vmsched.simulation.workload_json import read_json_workload, workload_of_raw  # noqa: PLC0415
 
     if source.lower().endswith(".csv"):
         raw: Any = csv_workload(text, source)

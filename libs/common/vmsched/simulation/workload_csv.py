@@ -151,13 +151,16 @@ def _policy_row(policies: dict[str, dict[str, Any]], row: dict[str, str | None],
     if role not in _ROLES:
         raise InvalidRequest(f"{where}: policy role {role!r} is not one of {', '.join(_ROLES)}")
     if role in ("filter", "weight", "balance", "property") and not unit:
-        raise InvalidRequest(f"{where}: a policy {role} row names its {'property' if role == 'property' else 'unit'} "
-                             "in 'name'")
+        raise InvalidRequest(
+            f"{where}: a policy {role} row names its {'property' if role == 'property' else 'unit'} in 'name'"
+        )
     if role == "filter":
         entry = {"unit": unit} | ({"position": p} if (p := _cell(row, "position")) else {})
         doc.setdefault("filters", []).append(entry)
     elif role == "weight":
-        doc.setdefault("weights", []).append({"unit": unit} | ({"factor": _number(f)} if (f := _cell(row, "factor")) else {}))
+        doc.setdefault("weights", []).append(
+            {"unit": unit} | ({"factor": _number(f)} if (f := _cell(row, "factor")) else {})
+        )
     elif role == "balance":
         doc["balance"] = unit
     elif role == "property":

@@ -38,7 +38,7 @@ from vmsched.simulation.workload import (
 from vmsched.simulation.workload_refs import References
 
 _DECODER = json.JSONDecoder()
-_SPACE = re.compile(r"[ \t\n\r]*").match
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def _hosts(refs: References, where: str, e: HostSpec) -> None:
@@ -106,12 +106,14 @@ class _Text:
         return f"line {line} column {column}"
 
     def error(self, what: str, pos: int | None = None) -> InvalidRequest:
-        return InvalidRequest(f"{self.source}: not valid JSON: {what} at {self.where(self.pos if pos is None else pos)}")
+        return InvalidRequest(
+            f"{self.source}: not valid JSON: {what} at {self.where(self.pos if pos is None else pos)}"
+        )
 
     def peek(self) -> str:
         """The next character that is not white space (not consumed), or "" at the end."""
         while True:
-            self.pos = _SPACE(self.buf, self.pos).end()
+            self.pos = _SPACE.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # `*` always matches
             if self.pos < len(self.buf) or not self.more():
                 return self.buf[self.pos : self.pos + 1]
 

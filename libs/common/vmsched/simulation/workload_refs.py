@@ -73,8 +73,9 @@ class References:
     def host(self, where: str, prefix: str, count: int) -> list[str]:
         """The ids of a host entry (host_names, numbered on from earlier entries with the same id)."""
         if len(self.hosts) + count > MAX_HOSTS:
-            raise ValueError(f"{where}: more than {MAX_HOSTS:,} hosts (counts expanded); a workload has at most "
-                             f"{MAX_HOSTS:,}")
+            raise ValueError(
+                f"{where}: more than {MAX_HOSTS:,} hosts (counts expanded); a workload has at most {MAX_HOSTS:,}"
+            )
         first = 1
         if count > 1:
             first = self._numbered.get(prefix, 0) + 1
