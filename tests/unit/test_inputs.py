@@ -221,7 +221,9 @@ def test_a_bad_reference_deep_in_a_big_workload_is_named_before_it_is_validated(
     monkeypatch.setattr(Workload, "model_validate", not_validated)
     code, err = run(capsys, "simulate", "--workload", str(file))
     assert code == EXIT_USAGE
-    assert err.startswith(f"vmsched: {file}: arrivals.19000.pinned_hosts: unknown host 'nowhere'\n")
+    assert err.startswith(
+        f"vmsched: {file}: arrivals.19000.pinned_hosts: vm vm19000 names host nowhere: no such host; hosts are h1…h3\n"
+    )
 
 
 def test_host_counts_may_not_expand_past_the_bound(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -231,7 +233,7 @@ def test_host_counts_may_not_expand_past_the_bound(tmp_path: Path, capsys: pytes
     )
     code, err = run(capsys, "simulate", "--workload", str(file))
     assert code == EXIT_USAGE
-    assert "hosts: more than 100,000 hosts (counts expanded); a workload has at most 100,000" in err
+    assert "hosts.1: more than 100,000 hosts (counts expanded); a workload has at most 100,000" in err
 
 
 def test_a_file_that_is_not_utf8_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

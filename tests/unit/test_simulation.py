@@ -76,11 +76,14 @@ def test_yaml_round_trip_and_json_reads_too() -> None:
         ("hosts: [", "not valid YAML"),
         ("- 1", "expected a mapping"),
         ("hosts: []", "hosts: List should have at least 1 item"),
-        ("hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\nfailures: [{at_s: 1, host_id: x}]", "failures.0: unknown host"),
+        (
+            "hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\nfailures: [{at_s: 1, host_id: x}]",
+            "failures.0: host x: no such host; hosts are h",
+        ),
         (
             "hosts: [{id: h, cpu_cores: 4, mem_mb: 1024}]\narrivals: [{at_s: 0, vm_id: a, mem_mb: 1, vcpus: 1, "
             "affinity_groups: [g]}]",
-            "arrivals.0.affinity_groups: unknown affinity group 'g'",
+            "arrivals.0.affinity_groups: vm a names affinity group g: no such affinity group; affinity groups are none",
         ),
         ("hosts: [{id: h, cpu_cores: 4, mem_mb: 1024, cpus: 3}]", "hosts.0.cpus: Extra inputs are not permitted"),
     ],

@@ -12,10 +12,12 @@ use `byte_size`.
 from __future__ import annotations
 
 import argparse
+import codecs
 import os
 import re
 import stat
 import sys
+from collections.abc import Iterator
 
 from vmsched.errors import UsageError
 
@@ -94,6 +96,46 @@ def read_bounded(path: str, cap: int, what: str, kind: str, *, hint: str | None 
         raise UsageError(f"{name}: not UTF-8 text (byte {exc.start + 1} is not)") from None
 
 
+def read_chunks_bounded(
+    path: str, cap: int, what: str, kind: str, *, hint: str | None = None, chunk: int = MB
+) -> Iterator[str]:
+    """The text of `path` as read_bounded reads it, but as chunks of about `chunk` bytes, for a reader
+    that parses as it goes (a JSON workload): a regular file over `cap` is refused before this
+    returns, a stream when more than `cap` bytes have come."""
+    name = f"{what} {path}"
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the generator below
+        info = os.fstat(fh.fileno())
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISREG(info.st_mode) and info.st_size > cap:
+        fh.close()
+        raise _too_big(name, human(info.st_size), kind, cap, hint)
+
+    def chunks() -> Iterator[str]:
+        decoder = codecs.getincrementaldecoder("utf-8")()
+        total = 0
+        with fh:
+            while True:
+                try:
+                    data = fh.read(chunk)
+                except OSError as exc:
+                    raise UsageError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+                total += len(data)
+                if total > cap:
+                    raise _too_big(name, f"more than {human(cap)}", kind, cap, hint)
+                try:
+                    yield decoder.decode(data, final=not data)
+                except UnicodeDecodeError as exc:
+                    raise UsageError(
+                        f"{name}: not UTF-8 text (byte {total - len(data) + exc.start + 1} is not)"
+                    ) from None
+                if not data:
+                    return
+
+    return chunks()
+
+
 def _too_big(name: str, size: str, kind: str, cap: int, hint: str | None) -> UsageError:
     return UsageError(f"{name} is {size}; {kind} are at most {human(cap)} (is this the right file?)", hint=hint)
 
@@ -108,4 +150,5 @@ __all__ = [
     "byte_size",
     "human",
     "read_bounded",
+    "read_chunks_bounded",
 ]

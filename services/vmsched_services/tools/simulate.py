@@ -17,13 +17,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vmsched.client import SchedulerClient
 from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import CommandError, InvalidRequest, UsageError, VmschedError
+from vmsched.policy_client import PolicyClient
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.policy_docs import policy_of
 from vmsched.scheduling.units import REGISTRY
+from vmsched.settings import Settings
 from vmsched.simulation.engine import effective_policy, simulate
-from vmsched.simulation.generator import GeneratorSpec, generate
+from vmsched.simulation.from_cluster import cluster_policy, cluster_workload
+from vmsched.simulation.generator import HOST_MODELS, GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
 from vmsched.simulation.packing_bound import headroom_of
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
@@ -31,34 +35,74 @@ from vmsched.simulation.power import power_model
 from vmsched.simulation.report import Operator, PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, Expectation, expectations, render_expectations, scenario
 from vmsched.simulation.targets import Verdict, render_verdicts, verdicts
-from vmsched.simulation.workload import Workload, dump_workload, parse_workload, schema_text
-from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded
+from vmsched.simulation.traces import TRACE_FORMATS, azure_workload
+from vmsched.simulation.workload import HostSpec, Workload, dump_workload, parse_workload, schema_text
+from vmsched.simulation.workload_json import read_json_workload
+from vmsched_services.tools.clikit import settings
+from vmsched_services.tools.inputs import WORKLOAD_CAP, WORKLOAD_YAML_CAP, human, read_bounded, read_chunks_bounded
 from vmsched_services.tools.policy_commands import read_set
 
 
 def read_workload(path: str, cap: int | None = None) -> Workload:
     """A workload file (YAML, JSON or CSV) of at most `cap` bytes (default: WORKLOAD_CAP for JSON and
-    CSV, WORKLOAD_YAML_CAP for the rest); too big, and what is wrong with it and where, is a UsageError."""
-    if cap is not None:
-        text = read_bounded(path, cap, "workload file", "workloads", hint="--max-workload-size SIZE reads a bigger one")
-    elif path.lower().endswith((".json", ".csv")):
-        hint = "--max-workload-size SIZE reads a bigger one"
-        text = read_bounded(path, WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
-    else:
-        hint = (
-            f"YAML costs ~25 times what JSON does to read: write it as JSON (.json, read up to {human(WORKLOAD_CAP)}), "
-            "or pass --max-workload-size SIZE"
-        )
-        text = read_bounded(path, WORKLOAD_YAML_CAP, "workload file", "YAML workloads", hint=hint)
+    CSV, WORKLOAD_YAML_CAP for the rest); too big, and what is wrong with it and where, is a UsageError.
+    A .json file is read a MB at a time and its entries checked as they come (workload_json)."""
+    hint = "--max-workload-size SIZE reads a bigger one"
     try:
+        if path.lower().endswith(".json") and path != "-":
+            chunks = read_chunks_bounded(
+                path, cap or WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint
+            )
+            return read_json_workload(chunks, path)
+        if cap is not None:
+            text = read_bounded(path, cap, "workload file", "workloads", hint=hint)
+        elif path.lower().endswith(".csv"):
+            text = read_bounded(path, WORKLOAD_CAP, "workload file", "JSON and CSV workloads", hint=hint)
+        else:
+            hint = (
+                f"YAML costs ~25 times what JSON does to read: write it as JSON (.json, read up to "
+                f"{human(WORKLOAD_CAP)}), or pass --max-workload-size SIZE"
+            )
+            text = read_bounded(path, WORKLOAD_YAML_CAP, "workload file", "YAML workloads", hint=hint)
         return parse_workload(text, path)
     except InvalidRequest as exc:
         raise UsageError(str(exc), hint="the format is docs/workload.schema.json") from None
 
 
+async def cluster_snapshot(cluster: str, cfg: Settings, hours: float) -> Workload:
+    """`--from-cluster`: the cluster's state from the state tracker and its policy from policy-admin,
+    over the bus (from_cluster.cluster_workload), simulated for `hours`."""
+    async with SchedulerClient(cfg) as scheduler, PolicyClient(cfg) as policies:
+        state = await scheduler.state(cluster)
+        listing = await policies.read()
+    return cluster_workload(state, cluster_policy(cluster, listing), duration_s=hours * 3600)
+
+
+def read_trace(fmt: str, path: str, hosts: int, cap: int | None) -> Workload:
+    """`--trace azure FILE`: the trace's VMs on `hosts` hosts of the generator's largest model."""
+    if fmt not in TRACE_FORMATS:
+        raise UsageError(f"--trace {fmt}: not a trace format this reads", hint="formats: " + ", ".join(TRACE_FORMATS))
+    text = read_bounded(
+        path, cap or WORKLOAD_CAP, "trace file", "traces", hint="--max-workload-size SIZE reads a bigger one"
+    )
+    cores, mem_gb, _ = max(HOST_MODELS)
+    spec = HostSpec(id="h", count=hosts, cpu_cores=cores, cpu_threads=2 * cores, mem_mb=mem_gb * 1024)
+    try:
+        return azure_workload(text.splitlines(), path, spec)
+    except InvalidRequest as exc:
+        raise UsageError(str(exc), hint="the Azure VM table's columns are in docs/simulating.md") from None
+
+
 def workload_of(args: argparse.Namespace) -> Workload:
     if args.workload:
         return read_workload(args.workload, getattr(args, "max_workload_size", None))
+    if getattr(args, "trace", None):
+        return read_trace(args.trace[0], args.trace[1], args.hosts, getattr(args, "max_workload_size", None))
+    if getattr(args, "from_cluster", None):
+        try:
+            return asyncio.run(cluster_snapshot(args.from_cluster, settings(), args.hours))
+        except InvalidRequest as exc:
+            raise UsageError(str(exc), hint="vmsched clusters lists the clusters the state tracker has") from None
     if args.scenario:
         if args.scenario not in SCENARIOS:
             raise UsageError(f"no scenario {args.scenario!r}", hint="scenarios: " + ", ".join(sorted(SCENARIOS)))
@@ -240,11 +284,13 @@ def emit(
 
 
 __all__ = [
+    "cluster_snapshot",
     "emit",
     "main",
     "operator_of",
     "policies_of",
     "policy_names",
+    "read_trace",
     "read_workload",
     "run_all",
     "workload_of",

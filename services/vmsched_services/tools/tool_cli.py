@@ -167,9 +167,23 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         "replayed in process and the decisions that differ are listed.",
     )
     source = s.add_mutually_exclusive_group()
-    source.add_argument("--workload", metavar="FILE", help="a workload file, YAML or JSON (docs/workload.schema.json)")
+    source.add_argument(
+        "--workload", metavar="FILE", help="a workload file, YAML, JSON or CSV (docs/workload.schema.json)"
+    )
     source.add_argument(
         "--scenario", metavar="NAME", help="a built-in scenario: even-vm-count, ha-reservation, ha-reservation-balance"
+    )
+    source.add_argument(
+        "--from-cluster",
+        metavar="C",
+        help="cluster C as it is now: its hosts and VMs from the state tracker, its policy from policy-admin "
+        "(over the VMSCHED_* servers), simulated for --hours",
+    )
+    source.add_argument(
+        "--trace",
+        nargs=2,
+        metavar=("FORMAT", "FILE"),
+        help="a public VM trace: azure (the Azure public dataset's vmtable.csv) on --hosts hosts of 64 cores, 512 GB",
     )
     source.add_argument("--generate", action="store_true", help="a generated workload (the default)")
     source.add_argument("--schema", action="store_true", help="print the workload file's JSON Schema and exit")

@@ -78,8 +78,8 @@ class ClusterState:
         self.clock = 0.0
         self.counts = Counts()
         self._base: dict[str, HostReport] = {}
-        for spec in workload.hosts:
-            for host_id in spec.ids():
+        for spec, ids in workload.named_hosts():
+            for host_id in ids:
                 self._base[host_id] = host_report(spec, host_id)
         self._cpus = {
             h: float(r.cpu_threads if self.settings.count_threads_as_cores and r.cpu_threads else r.cpu_cores)

@@ -7,21 +7,22 @@ built-in scenario. Times are seconds from the workload's start; the simulated cl
 
 from __future__ import annotations
 
-import csv
-import io
 import json
-from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from vmsched import bounded_text
 from vmsched.contracts.base import Id
 from vmsched.contracts.policies import PolicyDocument
 from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
+from vmsched.simulation.workload_refs import MAX_HOSTS, References, host_names
+
+#: Validation context key: the references were checked as the entries were read (workload_json).
+REFERENCES_CHECKED = "references_checked"
 
 #: Bumped when a field changes meaning; a file names the version it was written for.
 WORKLOAD_VERSION = 1
@@ -39,9 +40,14 @@ class _Model(BaseModel):
 
 
 class HostSpec(_Model):
-    """A host, or `count` identical ones named `id` + a zero-padded number (h001, h002, ...)."""
+    """A host, or `count` identical ones named `id` and a number zero-padded to the width of the last
+    (count 8: h1…h8; count 12: h01…h12); a later entry with the same `id` numbers on (h13…)."""
 
-    id: Id = Field(description="The host's id (the prefix when count > 1).")
+    id: Id = Field(
+        description="The host's id; with count > 1 the prefix of its hosts' ids: `id` and a number zero-padded "
+        "to the width of the last (id h, count 8: h1…h8; count 12: h01…h12); a later entry with the same id "
+        "numbers on from the earlier one's last (h13…). Ids are unique across entries."
+    )
     count: int = Field(1, ge=1, le=100_000, description="How many identical hosts this entry stands for.")
     cpu_cores: int = Field(ge=1, le=100_000, description="Physical CPU cores.")
     cpu_threads: int = Field(0, ge=0, le=200_000, description="Hardware threads (0: unknown).")
@@ -58,102 +64,8 @@ class HostSpec(_Model):
     )
 
     def ids(self) -> list[str]:
-        return _host_ids(self.id, self.count)
-
-
-def _host_ids(prefix: str, count: int) -> list[str]:
-    if count == 1:
-        return [prefix]
-    width = len(str(count))
-    return [f"{prefix}{n:0{width}d}" for n in range(1, count + 1)]
-
-
-#: Hosts a workload may have, counts expanded (the simulator's target is 10,000): a few KB of
-#: `count: 100000` entries must not become millions of host ids.
-MAX_HOSTS = 100_000
-
-
-def _reference_problem(
-    hosts: Sequence[tuple[str, int]],
-    groups: Sequence[str],
-    arrivals: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-    departures: Sequence[str],
-    failures: Sequence[str],
-    maintenance: Sequence[str],
-) -> str | None:
-    """What is wrong with a workload's ids and the references between them, and where, or None: a
-    host id or vm_id that repeats, or names no host, VM or affinity group (arrivals: vm_id, pinned
-    hosts, affinity groups). Plain values, so that a raw workload is checked before it is validated."""
-    if sum(count for _, count in hosts) > MAX_HOSTS:
-        return f"hosts: more than {MAX_HOSTS:,} hosts (counts expanded); a workload has at most {MAX_HOSTS:,}"
-    known: set[str] = set()
-    for n, (prefix, count) in enumerate(hosts):
-        for host in _host_ids(prefix, count):
-            if host in known:
-                return f"hosts.{n}: host id {host!r} repeats (after expanding counts)"
-            known.add(host)
-    for name, refs in (("failures", failures), ("maintenance", maintenance)):
-        for n, host in enumerate(refs):
-            if host not in known:
-                return f"{name}.{n}: unknown host {host!r}"
-    return _arrival_problem(known, set(groups), arrivals, departures)
-
-
-def _arrival_problem(
-    hosts: set[str],
-    groups: set[str],
-    arrivals: Sequence[tuple[str, Sequence[str], Sequence[str]]],
-    departures: Sequence[str],
-) -> str | None:
-    vms: set[str] = set()
-    for n, (vm, pinned, in_groups) in enumerate(arrivals):
-        if vm in vms:
-            return f"arrivals.{n}: vm_id {vm!r} repeats"
-        vms.add(vm)
-        if unknown := [h for h in pinned if h not in hosts]:
-            return f"arrivals.{n}.pinned_hosts: unknown host {unknown[0]!r}"
-        if unknown := [g for g in in_groups if g not in groups]:
-            return f"arrivals.{n}.affinity_groups: unknown affinity group {unknown[0]!r}"
-    for n, vm in enumerate(departures):
-        if vm not in vms:
-            return f"departures.{n}: unknown VM {vm!r}"
-    return None
-
-
-def _early_reference_problem(raw: dict[str, Any]) -> str | None:
-    """_reference_problem of a raw workload (parsed, not validated), or None, also when it is not
-    well-formed enough to tell (validation then says what is wrong). Validating 450,000 arrivals
-    takes seconds and hundreds of MB; this pass, a fraction of a second, so that one bad reference
-    deep in a big file is said at once."""
-
-    def entries(key: str) -> list[dict[str, Any]]:
-        value = raw.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(e, dict) for e in value):
-            raise TypeError(key)
-        return value
-
-    def ids(values: Any) -> list[str]:
-        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
-            raise TypeError(values)
-        return values
-
-    try:
-        hosts = [(str(h["id"]), int(h.get("count", 1))) for h in entries("hosts")]
-        if any(count < 1 for _, count in hosts):
-            return None
-        return _reference_problem(
-            hosts,
-            [str(g["id"]) for g in entries("affinity_groups")],
-            [
-                (str(a["vm_id"]), ids(a.get("pinned_hosts") or []), ids(a.get("affinity_groups") or []))
-                for a in entries("arrivals")
-            ],
-            [str(d["vm_id"]) for d in entries("departures")],
-            [str(f["host_id"]) for f in entries("failures")],
-            [str(m["host_id"]) for m in entries("maintenance")],
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
+        """This entry's ids alone (Workload.named_hosts numbers on across entries with the same id)."""
+        return host_names(self.id, self.count)
 
 
 class AffinityGroupSpec(_Model):
@@ -302,21 +214,19 @@ class Workload(_Model):
         return curve
 
     @model_validator(mode="after")
-    def _consistent(self) -> Workload:
-        problem = _reference_problem(
-            [(h.id, h.count) for h in self.hosts],
-            [g.id for g in self.affinity_groups],
-            [(a.vm_id, a.pinned_hosts, a.affinity_groups) for a in self.arrivals],
-            [d.vm_id for d in self.departures],
-            [f.host_id for f in self.failures],
-            [m.host_id for m in self.maintenance],
-        )
-        if problem is not None:
-            raise ValueError(problem)
+    def _consistent(self, info: ValidationInfo) -> Workload:
+        if (info.context or {}).get(REFERENCES_CHECKED):
+            return self  # the reader checked them entry by entry as it read them
+        check_references(self)
         return self
 
+    def named_hosts(self) -> list[tuple[HostSpec, list[str]]]:
+        """Each host entry with its hosts' ids (numbered on across entries with the same id)."""
+        refs = References()
+        return [(spec, refs.host(f"hosts.{n}", spec.id, spec.count)) for n, spec in enumerate(self.hosts)]
+
     def host_ids(self) -> list[str]:
-        return [h for spec in self.hosts for h in spec.ids()]
+        return [h for _, ids in self.named_hosts() for h in ids]
 
     def end_s(self) -> float:
         """When the simulation stops: `duration_s`, or the last event."""
@@ -342,127 +252,53 @@ def schema_text() -> str:
     return json.dumps(workload_schema(), indent=2, sort_keys=True) + "\n"
 
 
-#: The columns of a CSV workload: one row per host, event or setting, `kind` saying which; a row
-#: fills the columns its kind uses. Lists (networks, affinity_groups, pinned_hosts, a setting's
-#: load_curve) are separated by ";". A setting row names a top-level field in `id`, or a nested one
-#: with dots (cluster.ha_reservation, policy_properties.HighUtilization), and gives its `value`.
-CSV_COLUMNS: tuple[str, ...] = (
-    "kind",  # host | arrival | departure | failure | maintenance | setting
-    "id",  # the host's id (host, failure, maintenance), the VM's (arrival, departure), a setting's name
-    "at_s",  # arrival, departure, failure; maintenance: its start
-    "end_s",  # maintenance: its end
-    "count",
-    "cpu_cores",
-    "cpu_threads",
-    "mem_mb",
-    "vcpus",
-    "ha",
-    "cpu_usage_pct",
-    "networks",
-    "affinity_groups",
-    "pinned_hosts",
-    "lifetime_s",
-    "repair_s",
-    "value",  # setting
-)
-#: Settings a CSV row may set: the workload's scalar fields, and these mappings' entries.
-_CSV_SETTING_MAPS = frozenset({"cluster", "policy_properties", "policy_defaults"})
-_CSV_FIELDS: dict[str, tuple[str, dict[str, str]]] = {
-    # kind -> (the workload's list, column -> field)
-    "host": (
-        "hosts",
-        {
-            "id": "id",
-            "count": "count",
-            "cpu_cores": "cpu_cores",
-            "cpu_threads": "cpu_threads",
-            "mem_mb": "mem_mb",
-            "networks": "networks",
-        },
-    ),
-    "arrival": (
-        "arrivals",
-        {
-            "id": "vm_id",
-            "at_s": "at_s",
-            "mem_mb": "mem_mb",
-            "vcpus": "vcpus",
-            "ha": "ha",
-            "cpu_usage_pct": "cpu_usage_pct",
-            "networks": "networks",
-            "affinity_groups": "affinity_groups",
-            "pinned_hosts": "pinned_hosts",
-            "lifetime_s": "lifetime_s",
-        },
-    ),
-    "departure": ("departures", {"id": "vm_id", "at_s": "at_s"}),
-    "failure": ("failures", {"id": "host_id", "at_s": "at_s", "repair_s": "repair_s"}),
-    "maintenance": ("maintenance", {"id": "host_id", "at_s": "start_s", "end_s": "end_s"}),
-}
-_CSV_LISTS = frozenset({"networks", "affinity_groups", "pinned_hosts"})
-#: Fields filled by rows of their own kind (hosts, arrivals, ...) or not expressible in CSV (policies).
-_CSV_FIELDS_SECTIONS = frozenset({section for section, _ in _CSV_FIELDS.values()} | {"policies", "affinity_groups"})
+def check_references(workload: Workload) -> None:
+    """ValueError naming the first id that repeats or reference to nothing (workload_refs)."""
+    refs = References()
+    for n, h in enumerate(workload.hosts):
+        refs.host(f"hosts.{n}", h.id, h.count)
+    refs.section_done("hosts")
+    for n, g in enumerate(workload.affinity_groups):
+        refs.group(f"affinity_groups.{n}", g.id)
+    refs.section_done("affinity_groups")
+    for n, a in enumerate(workload.arrivals):
+        refs.arrival(f"arrivals.{n}", a.vm_id, a.pinned_hosts, a.affinity_groups)
+    refs.section_done("arrivals")
+    for n, d in enumerate(workload.departures):
+        refs.departure(f"departures.{n}", d.vm_id)
+    for n, f in enumerate(workload.failures):
+        refs.host_event(f"failures.{n}", f.host_id)
+    for n, m in enumerate(workload.maintenance):
+        refs.host_event(f"maintenance.{n}", m.host_id)
 
 
-def _csv_workload(text: str, source: str) -> dict[str, Any]:
-    """The raw workload of a CSV file (validated by the caller like any other)."""
-    reader = csv.DictReader(io.StringIO(text))
-    unknown = sorted(set(reader.fieldnames or ()) - set(CSV_COLUMNS))
-    if not reader.fieldnames or "kind" not in reader.fieldnames or unknown:
-        raise InvalidRequest(
-            f"{source}: a CSV workload needs a header with 'kind' and columns among {', '.join(CSV_COLUMNS)}"
-            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
-        )
-    raw: dict[str, Any] = {"name": source.rsplit("/", 1)[-1]}
-    for line, row in enumerate(reader, start=2):
-        kind = (row.get("kind") or "").strip()
-        if kind == "setting":
-            _csv_setting(raw, (row.get("id") or "").strip(), (row.get("value") or "").strip(), f"{source}: line {line}")
-            continue
-        if kind not in _CSV_FIELDS:
-            kinds = ", ".join([*_CSV_FIELDS, "setting"])
-            raise InvalidRequest(f"{source}: line {line}: kind {kind!r} is not one of {kinds}")
-        section, fields = _CSV_FIELDS[kind]
-        entry: dict[str, Any] = {}
-        for column, field in fields.items():
-            value = (row.get(column) or "").strip()
-            if value:
-                entry[field] = [v.strip() for v in value.split(";") if v.strip()] if column in _CSV_LISTS else value
-        raw.setdefault(section, []).append(entry)
-    return raw
-
-
-def _csv_setting(raw: dict[str, Any], name: str, value: str, where: str) -> None:
-    top, _, key = name.partition(".")
-    if key and top in _CSV_SETTING_MAPS:
-        raw.setdefault(top, {})[key] = value
-    elif not key and top in Workload.model_fields and top not in _CSV_FIELDS_SECTIONS | _CSV_SETTING_MAPS:
-        raw[top] = [v.strip() for v in value.split(";") if v.strip()] if top == "load_curve" else value
-    else:
-        raise InvalidRequest(
-            f"{where}: setting {name!r} is not a workload setting (a top-level field such as start_delay_s, "
-            f"or {', '.join(sorted(_CSV_SETTING_MAPS))} with a dot and a key)"
-        )
+def validation_problem(exc: ValidationError, source: str, where: str = "") -> InvalidRequest:
+    """InvalidRequest listing a ValidationError's problems, each with its field's path under `where`."""
+    lines = []
+    for e in exc.errors()[:20]:
+        path = ".".join(str(p) for p in (*([where] if where else []), *e["loc"])) or "the top level"
+        lines.append(f"  {path}: {e['msg'].removeprefix('Value error, ')}")
+    return InvalidRequest(f"{source}: {exc.error_count()} problem(s):\n" + "\n".join(lines))
 
 
 def parse_workload(text: str, source: str = "workload") -> Workload:
-    """A workload from YAML or JSON text (vmsched.bounded_text: JSON as JSON, YAML without aliases,
-    neither nested deep), or CSV when `source` ends in .csv (CSV_COLUMNS); InvalidRequest names
-    `source`, and the line or field. The size of `text` is the caller's to bound."""
+    """A workload from YAML or JSON text (JSON, by name or by its first character, through the
+    streaming reader workload_json; YAML through vmsched.bounded_text: without aliases, not nested
+    deep), or CSV when `source` ends in .csv (workload_csv); InvalidRequest names `source`, and the
+    line or field. The size of `text` is the caller's to bound."""
+    # Imported here: the readers build this module's models.
+    from vmsched.simulation.workload_csv import csv_workload  # noqa: PLC0415 - they import this module
+    from vmsched.simulation.workload_json import read_json_workload, workload_of_raw  # noqa: PLC0415
+
     if source.lower().endswith(".csv"):
-        raw: Any = _csv_workload(text, source)
+        raw: Any = csv_workload(text, source)
+    elif bounded_text.format_of(source, text) == "json":
+        return read_json_workload([text], source)
     else:
-        raw = bounded_text.load(text, source)
+        raw = bounded_text.load_yaml(text, source)
     if not isinstance(raw, dict):
         raise InvalidRequest(f"{source}: expected a mapping with 'hosts' and 'arrivals'")
-    problem = _early_reference_problem(raw)
-    if problem is not None:
-        raise InvalidRequest(f"{source}: {problem}")
-    try:
-        return Workload.model_validate(raw)
-    except ValidationError as exc:
-        lines = [f"  {'.'.join(str(p) for p in e['loc']) or 'the top level'}: {e['msg']}" for e in exc.errors()[:20]]
-        raise InvalidRequest(f"{source}: {exc.error_count()} problem(s):\n" + "\n".join(lines)) from None
+    return workload_of_raw(raw, source)
 
 
 def dump_workload(workload: Workload) -> str:
@@ -472,7 +308,8 @@ def dump_workload(workload: Workload) -> str:
 
 
 __all__ = [
-    "CSV_COLUMNS",
+    "MAX_HOSTS",
+    "REFERENCES_CHECKED",
     "WORKLOAD_VERSION",
     "AffinityGroupSpec",
     "ClusterSettings",
@@ -482,8 +319,10 @@ __all__ = [
     "VmArrival",
     "VmDeparture",
     "Workload",
+    "check_references",
     "dump_workload",
     "parse_workload",
     "schema_text",
+    "validation_problem",
     "workload_schema",
 ]
