@@ -310,6 +310,7 @@ KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{{cluster}} -> owner id, PX 
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{{cluster}}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{{cluster}}:{vm} -> set of hosts where a start/migration failed
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{{cluster}} -> json list of failing hosts
+KEY_MAINTENANCE: Final = "maintenance"  # {prefix}:maintenance:{{cluster}} -> hash host -> json plan and step of a drain
 KEY_UNITS: Final = "units"  # {prefix}:units:{units}:{service}:{instance} -> json units, PX = catalogue TTL
 KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index:{units} -> zset of KEY_UNITS keys by expiry (ms)
 KEY_GENERATION: Final = "generation"  # {prefix}:generation:{{cluster}} -> "generation server-run-id": Redis still knows

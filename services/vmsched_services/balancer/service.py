@@ -38,6 +38,7 @@ from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
 from vmsched.store.cluster_reads import ClusterReader
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
+from vmsched_services.balancer.maintenance import Drains
 
 log = get_logger("vmsched.balancer")
 
@@ -52,6 +53,8 @@ class Balancer:
         self.reads = ClusterReader(rt.redis, rt.settings, rt.state, self.pending)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
+        #: Hosts in maintenance, drained by one plan each (balancer/maintenance.py).
+        self.drains = Drains(rt, self.reads, self.failed_hosts)
         self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
         self.leases = self.loop.leases
 
@@ -59,14 +62,16 @@ class Balancer:
         """One balancing cycle of one cluster; the migrations it published."""
         BALANCE_PASSES.inc()
         policy = await self.policies.for_cluster(cluster)
+        # Maintenance drains whatever the policy's balance unit (or none) says.
+        drained = await self.drains.drain(cluster, policy)
         if policy.balance is None:
-            return []
+            return drained
         unit = get_unit(policy.balance)
         if unit.balance is None:
             log.warning("policy names a balance unit that cannot balance", cluster=cluster, unit=unit.name)
-            return []
+            return drained
         props = validate_properties(unit, policy.properties)
-        published: list[MigrationDecision] = []
+        published: list[MigrationDecision] = drained
         for attempt in range(self.settings.migrations_per_cycle):
             view = await self.reads.read(cluster)
             movable = await self._movable(cluster, view.vms, view.in_flight)
