@@ -26,9 +26,7 @@ HOST = {"cpu_cores": 32, "physical_mem_mb": 16384, "mem_free_mb": 16384, "reserv
 async def draining(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
     """The scheduling services plus one balancer, with short cycles and leases."""
     await migrate(database)
-    cfg = bus_settings.model_copy(
-        update={"postgres_url": database, "balance_interval_s": 0.5, "lease_ttl_s": 0.6}
-    )
+    cfg = bus_settings.model_copy(update={"postgres_url": database, "balance_interval_s": 0.5, "lease_ttl_s": 0.6})
     async with services(cfg, "state-tracker", "filter-worker", "weigher", "selector", "balancer", bus=buses):
         yield cfg
 
@@ -56,7 +54,9 @@ async def test_a_host_in_maintenance_gets_one_plan_and_is_emptied_step_by_step(
         await client.report_host(host_report(cluster, "m", status=HostStatus.MAINTENANCE, **HOST))
 
         plan = await asyncio.wait_for(plans.get(), 15.0)
-        assert plan.host_id == "m" and plan.cluster_id == cluster and not plan.refused
+        assert plan.host_id == "m"
+        assert plan.cluster_id == cluster
+        assert not plan.refused
         assert plan.max_concurrent == 2
         assert [len(s) for s in plan.steps] == [2, 1]
         targets = {m.vm_id: m.target_host_id for s in plan.steps for m in s}
@@ -67,7 +67,8 @@ async def test_a_host_in_maintenance_gets_one_plan_and_is_emptied_step_by_step(
             got = [await asyncio.wait_for(moves.get(), 15.0) for _ in step]
             assert {(m.vm_id, m.target_host) for m in got} == {(s.vm_id, s.target_host_id) for s in step}
             for m in got:
-                assert m.source_host == "m" and m.balance_unit == "Maintenance"
+                assert m.source_host == "m"
+                assert m.balance_unit == "Maintenance"
                 assert f"plan {plan.plan_id}, step {number}/{len(plan.steps)}" in m.reason
             # The next step waits until this one's VMs are on their targets.
             await asyncio.sleep(3 * draining.balance_interval_s)
@@ -77,10 +78,12 @@ async def test_a_host_in_maintenance_gets_one_plan_and_is_emptied_step_by_step(
 
         # Planned once: no second plan, no further migration once the host is empty.
         await asyncio.sleep(4 * draining.balance_interval_s)
-        assert plans.empty() and moves.empty()
+        assert plans.empty()
+        assert moves.empty()
         state = await client.state(cluster)
         counts = {h.report.host_id: h.vm_count for h in state.hosts}
-        assert counts["m"] == 0 and counts["a"] + counts["b"] == 3
+        assert counts["m"] == 0
+        assert counts["a"] + counts["b"] == 3
 
 
 async def test_a_plan_that_cannot_place_every_vm_is_refused_whole(
@@ -98,7 +101,9 @@ async def test_a_plan_that_cannot_place_every_vm_is_refused_whole(
 
         plan = await asyncio.wait_for(plans.get(), 15.0)
         assert plan.steps == []
-        assert len(plan.refused) == 1 and plan.refused[0].vm_id.startswith("big")
+        assert len(plan.refused) == 1
+        assert plan.refused[0].vm_id.startswith("big")
         assert "Memory" in plan.refused[0].reason
         await asyncio.sleep(4 * draining.balance_interval_s)
-        assert plans.empty() and moves.empty()  # refused once, not re-planned every pass
+        assert plans.empty()
+        assert moves.empty()

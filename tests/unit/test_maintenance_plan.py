@@ -47,7 +47,8 @@ def group(gid: str, vms: list[str], *, positive: bool) -> AffinityGroup:
 def test_every_vm_gets_a_target_off_the_host() -> None:
     vms = [vmr(f"v{i}", "m", mem_mb=512) for i in range(3)]
     p = plan(cluster(host("a"), host("b"), on_m=vms), vms)
-    assert p.planned and not p.refused
+    assert p.planned
+    assert not p.refused
     moves = p.migrations
     assert sorted(m.vm_id for m in moves) == ["v0", "v1", "v2"]
     assert {m.target_host_id for m in moves} <= {"a", "b"}
@@ -71,7 +72,8 @@ def test_all_or_nothing_names_every_vm_that_fits_nowhere() -> None:
     assert p.steps == ()
     refused = {r.vm_id: r.reason for r in p.refused}
     # big goes first (largest), so two of the 1600 MB VMs are left with no room.
-    assert "pinned" in refused and refused["pinned"] == "not migratable"
+    assert "pinned" in refused
+    assert refused["pinned"] == "not migratable"
     assert len(refused) == 3
     assert all("Memory" in why or "memory" in why for v, why in refused.items() if v != "pinned"), refused
 
@@ -111,7 +113,8 @@ def test_negative_group_refused_when_too_few_hosts() -> None:
     vms = [vmr(v, "m", mem_mb=256) for v in ("p", "q", "r")]
     p = plan(cluster(host("a"), host("b"), on_m=vms), vms, groups={v: [g] for v in ("p", "q", "r")})
     assert not p.planned
-    assert len(p.refused) == 1 and "VmAffinityGroups" in p.refused[0].reason
+    assert len(p.refused) == 1
+    assert "VmAffinityGroups" in p.refused[0].reason
 
 
 @pytest.mark.parametrize(("n", "k"), [(5, 2), (4, 2), (3, 1), (6, 4)])

@@ -151,6 +151,7 @@ class Drains:
         """Schedule the step's migrations through the selector, each to its planned target."""
         plan = progress.plan
         published: list[MigrationDecision] = []
+        where_step = f"maintenance of {plan.host_id}: plan {plan.plan_id}, step {progress.step + 1}/{len(plan.steps)}"
         for move in plan.steps[progress.step]:
             vm = where.get(move.vm_id)
             if vm is None or vm.host_id != plan.host_id:
@@ -175,7 +176,7 @@ class Drains:
                 target_host=decision.host_id,
                 alternates=decision.alternates,
                 balance_unit=MAINTENANCE_UNIT,
-                reason=f"maintenance of {plan.host_id}: plan {plan.plan_id}, step {progress.step + 1}/{len(plan.steps)}",
+                reason=where_step,
                 policy=policy.name,
                 request_id=decision.request_id,
                 decided_at=datetime.now(UTC),

@@ -55,23 +55,28 @@ class Balancer:
         self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
         #: Hosts in maintenance, drained by one plan each (balancer/maintenance.py).
         self.drains = Drains(rt, self.reads, self.failed_hosts)
-        self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
+        self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.cycle)
         self.leases = self.loop.leases
+
+    async def cycle(self, cluster: str) -> list[MigrationDecision]:
+        """One pass over a cluster: the balance unit's, then the maintenance drains (whatever the
+        policy's balance unit, or none, says); the migrations it published."""
+        published = await self.balance(cluster)
+        policy = await self.policies.for_cluster(cluster)
+        return published + await self.drains.drain(cluster, policy)
 
     async def balance(self, cluster: str) -> list[MigrationDecision]:
         """One balancing cycle of one cluster; the migrations it published."""
         BALANCE_PASSES.inc()
         policy = await self.policies.for_cluster(cluster)
-        # Maintenance drains whatever the policy's balance unit (or none) says.
-        drained = await self.drains.drain(cluster, policy)
         if policy.balance is None:
-            return drained
+            return []
         unit = get_unit(policy.balance)
         if unit.balance is None:
             log.warning("policy names a balance unit that cannot balance", cluster=cluster, unit=unit.name)
-            return drained
+            return []
         props = validate_properties(unit, policy.properties)
-        published: list[MigrationDecision] = drained
+        published: list[MigrationDecision] = []
         for attempt in range(self.settings.migrations_per_cycle):
             view = await self.reads.read(cluster)
             movable = await self._movable(cluster, view.vms, view.in_flight)

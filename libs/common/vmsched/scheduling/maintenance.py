@@ -65,7 +65,9 @@ class MaintenancePlanning:
         return [m for step in self.steps for m in step]
 
 
-def vms_to_drain(vms: Sequence[VmReport], host_id: str, in_flight: frozenset[str] | set[str] = frozenset()) -> list[VmReport]:
+def vms_to_drain(
+    vms: Sequence[VmReport], host_id: str, in_flight: frozenset[str] | set[str] = frozenset()
+) -> list[VmReport]:
     """The VMs a drain of `host_id` must move: on it, running (or migrating: reported there), and
     not already on their way elsewhere (`in_flight`: VMs with a pending record)."""
     live = (VmStatus.RUNNING, VmStatus.MIGRATING)

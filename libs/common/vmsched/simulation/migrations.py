@@ -92,9 +92,7 @@ class Migrations(PowerActions):
             if report is None or move.vm_id in self._in_flight:
                 continue  # gone meanwhile
             self._requests += 1
-            request = migration_request(
-                uuid.UUID(int=self._requests), CLUSTER_ID, report, host, (move.target_host_id,)
-            )
+            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, (move.target_host_id,))
             outcome = await self.decide(request, self.origin + self.clock)
             if not isinstance(outcome, Placed):  # the cluster changed since the plan: plan again
                 self.counts.drain_unplaced += 1
