@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 from uuid import UUID
 
 from pydantic import Field
@@ -39,7 +40,7 @@ class MaintenancePlan(Message):
     plan_id: UUID = Field(description="Names this plan; each of its MigrationDecisions says `maintenance plan <id>`.")
     cluster_id: Id = Field(description="The cluster; the routing key names the same cluster.")
     host_id: Id = Field(description="The host going into maintenance.")
-    steps: list[list[PlannedMigration]] = Field(
+    steps: list[Annotated[list[PlannedMigration], Field(min_length=1, max_length=MAX_PLAN_VMS)]] = Field(
         default_factory=list,
         max_length=MAX_PLAN_VMS,
         description="The migrations in the order they are carried out, step by step (empty when refused).",
