@@ -165,6 +165,8 @@ RESYNC_COMPLETE_PREFIX: Final = "state.resync-complete"
 DECISION_PREFIX: Final = "decision"
 MIGRATION_PREFIX: Final = "migration"
 POWER_PREFIX: Final = "power"
+#: A host in maintenance: the plan that empties it (contracts.MaintenancePlan).
+MAINTENANCE_PREFIX: Final = "maintenance"
 HA_ALERT_PREFIX: Final = "ha.alert"
 HA_RECOVERED_PREFIX: Final = "ha.recovered"
 POLICY_CHANGED: Final = "policy.changed"
@@ -188,6 +190,7 @@ ENGINE_EVENTS_BINDINGS: Final = (
     f"{DECISION_PREFIX}.*",
     f"{MIGRATION_PREFIX}.*",
     f"{POWER_PREFIX}.*",
+    f"{MAINTENANCE_PREFIX}.*",
     f"{HA_ALERT_PREFIX}.*",
     f"{HA_RECOVERED_PREFIX}.*",
     f"{RESYNC_REQUESTED_PREFIX}.*",
@@ -239,6 +242,10 @@ def power_key(cluster_id: str) -> str:
     return f"{POWER_PREFIX}.{cluster_id}"
 
 
+def maintenance_key(cluster_id: str) -> str:
+    return f"{MAINTENANCE_PREFIX}.{cluster_id}"
+
+
 def ha_alert_key(cluster_id: str) -> str:
     return f"{HA_ALERT_PREFIX}.{cluster_id}"
 
@@ -260,6 +267,7 @@ CLUSTER_KEYED_EVENTS: Final[dict[str, str]] = {
     "ScheduleDecision": DECISION_PREFIX,
     "MigrationDecision": MIGRATION_PREFIX,
     "PowerAction": POWER_PREFIX,
+    "MaintenancePlan": MAINTENANCE_PREFIX,
     "HaAlert": HA_ALERT_PREFIX,
     "HaRecovered": HA_RECOVERED_PREFIX,
 }
@@ -302,6 +310,7 @@ KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{{cluster}} -> owner id, PX 
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{{cluster}}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{{cluster}}:{vm} -> set of hosts where a start/migration failed
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{{cluster}} -> json list of failing hosts
+KEY_MAINTENANCE: Final = "maintenance"  # {prefix}:maintenance:{{cluster}} -> hash host -> json plan and step of a drain
 KEY_UNITS: Final = "units"  # {prefix}:units:{units}:{service}:{instance} -> json units, PX = catalogue TTL
 KEY_UNITS_INDEX: Final = "units-index"  # {prefix}:units-index:{units} -> zset of KEY_UNITS keys by expiry (ms)
 KEY_GENERATION: Final = "generation"  # {prefix}:generation:{{cluster}} -> "generation server-run-id": Redis still knows

@@ -38,6 +38,7 @@ from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
 from vmsched.store.cluster_reads import ClusterReader
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
+from vmsched_services.balancer.maintenance import Drains
 
 log = get_logger("vmsched.balancer")
 
@@ -52,8 +53,17 @@ class Balancer:
         self.reads = ClusterReader(rt.redis, rt.settings, rt.state, self.pending)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
-        self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.balance)
+        #: Hosts in maintenance, drained by one plan each (balancer/maintenance.py).
+        self.drains = Drains(rt, self.reads, self.failed_hosts)
+        self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.cycle)
         self.leases = self.loop.leases
+
+    async def cycle(self, cluster: str) -> list[MigrationDecision]:
+        """One pass over a cluster: the balance unit's, then the maintenance drains (whatever the
+        policy's balance unit, or none, says); the migrations it published."""
+        published = await self.balance(cluster)
+        policy = await self.policies.for_cluster(cluster)
+        return published + await self.drains.drain(cluster, policy)
 
     async def balance(self, cluster: str) -> list[MigrationDecision]:
         """One balancing cycle of one cluster; the migrations it published."""

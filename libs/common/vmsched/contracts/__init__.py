@@ -18,6 +18,7 @@ from vmsched.contracts.balance import (
 )
 from vmsched.contracts.base import Id, Message, Name
 from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.contracts.maintenance import MaintenancePlan, PlannedMigration, RefusedVm
 from vmsched.contracts.policies import (
     ApplyPolicies,
     ApplyReport,
@@ -142,6 +143,7 @@ __all__ = [
     "HostStatus",
     "HostVerdict",
     "Id",
+    "MaintenancePlan",
     "Message",
     "MigrationDecision",
     "Name",
@@ -152,6 +154,7 @@ __all__ = [
     "PlaceRequest",
     "PlaceResult",
     "Placement",
+    "PlannedMigration",
     "PolicyChanged",
     "PolicyDocument",
     "PolicyHistory",
@@ -163,6 +166,7 @@ __all__ = [
     "PolicyVersion",
     "PowerAction",
     "PowerActionKind",
+    "RefusedVm",
     "Removal",
     "RemoveCluster",
     "RemoveHosts",

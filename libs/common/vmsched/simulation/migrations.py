@@ -7,18 +7,21 @@ flight (pending on its target, not picked again) until it moves `migration_delay
 rests for `migration_cooldown_s` from the decision, as the service's cool-down does. The pass's
 power advice is carried out (`PowerActions`).
 
-A host going into maintenance is drained: each of its VMs is given a target by `place` (a
-migration request with no whitelist, so the Migration filter drops the host itself) and moves
-after the migration delay; VMs no host takes are tried again every balancing interval.
+A host going into maintenance is drained by one plan, as the balancer service drains it
+(scheduling.maintenance): every VM's target at once, affinity-aware, all or nothing, in steps of at
+most two migrations, each step started when the previous one's VMs have moved (its targets
+confirmed by `place`, the plan's target as the only candidate). A refused plan moves nothing and
+is made again every balancing interval while the host is in maintenance.
 """
 
 from __future__ import annotations
 
 import uuid
 
-from vmsched.contracts import PendingEntry, ScheduleRequest
+from vmsched.contracts import PendingEntry, PlannedMigration, ScheduleRequest
 from vmsched.scheduling.balancing import balance_pass, migration_request, movable_vms
 from vmsched.scheduling.cost import vm_cost
+from vmsched.scheduling.maintenance import plan_maintenance, vms_to_drain
 from vmsched.scheduling.placement import Placed
 from vmsched.simulation.events import Kind
 from vmsched.simulation.power import PowerActions
@@ -63,25 +66,69 @@ class Migrations(PowerActions):
             self._migrate(request, source, target)
 
     async def _drain(self, host: str) -> None:
-        """Migrate the VMs off a host in maintenance (each to where `place` says); what stays is
-        tried again a balancing interval later, while the host is still in maintenance."""
+        """Drain a host in maintenance by one plan (scheduling.maintenance, as the balancer service
+        plans it): every VM's target at once, all or nothing, then step by step, each step's
+        migrations started when the previous step's have moved. A refused plan (some VM fits
+        nowhere) moves nothing and is made again a balancing interval later, as is one whose next
+        step's target no longer takes its VM."""
         if self._maintenance[host] <= 0 or host in self._down:
+            self._drain_plans.pop(host, None)
             return
-        left = 0
-        for vm_id in sorted(self._vms[host]):
-            if vm_id in self._in_flight:
-                continue
-            report = self._vms[host][vm_id]
+        plan = self._drain_plans.get(host)
+        if plan is None:
+            steps = await self._plan_drain(host)
+            if steps is None:
+                return
+            plan = self._drain_plans[host] = (steps, 0)
+        steps, started = plan
+        if started and any(m.vm_id in self._in_flight for m in steps[started - 1]):
+            self._push(self.clock + self.workload.migration_delay_s, Kind.DRAIN, host)  # still moving
+            return
+        if started == len(steps):  # the last step moved: done
+            del self._drain_plans[host]
+            return
+        for move in steps[started]:
+            report = self._vms[host].get(move.vm_id)
+            if report is None or move.vm_id in self._in_flight:
+                continue  # gone meanwhile
             self._requests += 1
-            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, None)
+            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, (move.target_host_id,))
             outcome = await self.decide(request, self.origin + self.clock)
-            if not isinstance(outcome, Placed):
+            if not isinstance(outcome, Placed):  # the cluster changed since the plan: plan again
                 self.counts.drain_unplaced += 1
-                left += 1
-                continue
+                del self._drain_plans[host]
+                self._push(self.clock + self.workload.balance_interval_s, Kind.DRAIN, host)
+                return
             self._migrate(request, host, outcome.placements[0].host_id, drain=True)
-        if left:
+        self._drain_plans[host] = (steps, started + 1)
+        self._push(self.clock + self.workload.migration_delay_s, Kind.DRAIN, host)
+
+    async def _plan_drain(self, host: str) -> list[list[PlannedMigration]] | None:
+        """The host's plan as steps, remembered; None when nothing is left to move or it is refused."""
+        vms = vms_to_drain(list(self._vms[host].values()), host, set(self._in_flight))
+        if not vms:
+            return None
+        groups = {
+            v.vm_id: [self._groups[g] for g in self._arrivals[v.vm_id].affinity_groups]
+            for v in vms
+            if v.vm_id in self._arrivals
+        }
+        planning = await plan_maintenance(
+            self.current_table(),
+            self.policy,
+            CLUSTER_ID,
+            host,
+            vms,
+            self.pending(),
+            groups=groups,
+            now=self.origin + self.clock,
+        )
+        self.counts.drain_plans += 1
+        if not planning.planned:
+            self.counts.drain_unplaced += len(planning.refused)
             self._push(self.clock + self.workload.balance_interval_s, Kind.DRAIN, host)
+            return None
+        return [list(step) for step in planning.steps]
 
     def _maintenance_start(self, host_id: str) -> None:
         self._maintenance[host_id] += 1
@@ -90,6 +137,8 @@ class Migrations(PowerActions):
 
     def _maintenance_end(self, host_id: str) -> None:
         self._maintenance[host_id] -= 1
+        if self._maintenance[host_id] <= 0:
+            self._drain_plans.pop(host_id, None)
         self._changed(host_id)
 
     def _migrate(self, request: ScheduleRequest, source: str, target: str, *, drain: bool = False) -> None:

@@ -59,6 +59,8 @@ class Counts:
     #: Migrations that drained hosts going into maintenance, and drain attempts with no target.
     drain_migrations: int = 0
     drain_unplaced: int = 0
+    #: Maintenance plans made (scheduling.maintenance; refused ones too).
+    drain_plans: int = 0
     #: HA-reservation checks run, failed, alerts raised (a pass turned failure) and recoveries;
     #: the most hosts one check named.
     ha_checks: int = 0

@@ -20,6 +20,7 @@ from vmsched.contracts import (
     HostState,
     HostStatus,
     PendingEntry,
+    PlannedMigration,
     ScheduleRequest,
     VmReport,
     VmSpec,
@@ -117,6 +118,8 @@ class ClusterState:
             self._unit = None
         self._props = validate_properties(self._unit, policy.properties) if self._unit is not None else {}
         self._in_flight: dict[str, Flight] = {}
+        #: Host in maintenance -> its drain plan's steps and how many of them were started.
+        self._drain_plans: dict[str, tuple[list[list[PlannedMigration]], int]] = {}
         #: VM -> simulated second its cool-down ends.
         self._rest_until: dict[str, float] = {}
         #: VM -> (host, simulated second of the decision that moved it off) for each host it left.

@@ -22,6 +22,7 @@ from vmsched.constants import (
     KEY_HA_STATE,
     KEY_LEASE,
     KEY_LOCK,
+    KEY_MAINTENANCE,
     KEY_PENDING,
     KEY_PENDING_VERSION,
     KEY_RESYNC,
@@ -131,6 +132,10 @@ class Keys:
     def ha_state(self, cluster: str) -> str:
         return self._key(KEY_HA_STATE, cluster)
 
+    def maintenance(self, cluster: str) -> str:
+        """The maintenance plans of the hosts being drained (store.maintenance_plans)."""
+        return self._key(KEY_MAINTENANCE, cluster)
+
     def unit_catalogue(self, service: str, instance: str) -> str:
         """One running service instance's policy units (vmsched.store.catalogues)."""
         return f"{self.prefix}:{KEY_UNITS}:{UNITS_TAG}:{service}:{instance}"
@@ -155,6 +160,7 @@ class Keys:
             self.generation(cluster),
             self.resync(cluster),
             self.ha_state(cluster),
+            self.maintenance(cluster),
             self.decision_history(cluster),
             *(self.lease(role, cluster) for role in LEASE_ROLES),
         ]

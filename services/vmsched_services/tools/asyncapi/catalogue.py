@@ -24,6 +24,7 @@ from vmsched.contracts.balance import (
 )
 from vmsched.contracts.base import Message
 from vmsched.contracts.ha import HaAlert, HaCheckRequest, HaRecovered, HaReport
+from vmsched.contracts.maintenance import MaintenancePlan
 from vmsched.contracts.policies import (
     ApplyPolicies,
     ApplyReport,
@@ -284,6 +285,15 @@ EVENTS: list[tuple[str, str, type[Message], str, str]] = [
         PowerAction,
         "send",
         "Power saving decided to power a host on or off; vmsched never executes it.",
+    ),
+    (
+        "maintenance",
+        c.MAINTENANCE_PREFIX + ".{clusterId}",
+        MaintenancePlan,
+        "send",
+        "A host was reported in maintenance: where each of its VMs goes, planned at once (all or nothing), in "
+        "steps of at most max_concurrent migrations; each step's MigrationDecisions follow when the previous "
+        "step's VMs are reported on their targets. A refused plan names the VMs that fit nowhere, and nothing moves.",
     ),
     (
         "haAlert",

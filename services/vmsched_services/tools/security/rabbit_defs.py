@@ -43,7 +43,7 @@ API_FOLLOWS = (c.DECISION_PREFIX, c.MIGRATION_PREFIX, c.POWER_PREFIX, c.HA_ALERT
 #: resync: whoever finds that Redis forgot a cluster does).
 SERVICE_PUBLISHES: dict[str, tuple[str, ...]] = {
     "selector": (c.DECISION_PREFIX,),
-    "balancer": (c.MIGRATION_PREFIX, c.POWER_PREFIX),
+    "balancer": (c.MIGRATION_PREFIX, c.POWER_PREFIX, c.MAINTENANCE_PREFIX),
     "ha-monitor": (c.HA_ALERT_PREFIX, c.HA_RECOVERED_PREFIX),
     "policy-admin": (c.HOST_REMOVED_PREFIX, c.CLUSTER_REMOVED_PREFIX),
 }
