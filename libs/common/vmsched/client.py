@@ -30,6 +30,7 @@ from vmsched.contracts import (
     HaRecovered,
     HaReport,
     HostReport,
+    MaintenancePlan,
     Message,
     MigrationDecision,
     PolicyChanged,
@@ -294,8 +295,9 @@ def _event_bindings(cluster_id: str) -> tuple[list[str], list[Any]]:
         c.power_key(cluster_id),
         c.ha_alert_key(cluster_id),
         c.ha_recovered_key(cluster_id),
+        c.maintenance_key(cluster_id),
     ]
-    return bindings, [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered]
+    return bindings, [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered, MaintenancePlan]
 
 
 __all__ = ["BusClient", "SchedulerClient"]

@@ -9,6 +9,7 @@ from vmsched.contracts import (
     FilteredHost,
     HaAlert,
     HaRecovered,
+    MaintenancePlan,
     Message,
     MigrationDecision,
     PowerAction,
@@ -149,4 +150,10 @@ def render_event(event: Message) -> str:
         return f"{when} HA ALERT   {event.cluster_id} {', '.join(event.failing_hosts)}: {event.message}"
     if isinstance(event, HaRecovered):
         return f"{when} HA ok      {event.cluster_id}: {event.message}"
+    if isinstance(event, MaintenancePlan):
+        if event.refused:
+            why = "; ".join(f"{r.vm_id}: {r.reason}" for r in event.refused)
+            return f"{when} maintenance {event.cluster_id} {event.host_id} REFUSED: {why}"
+        moves = sum(len(step) for step in event.steps)
+        return f"{when} maintenance {event.cluster_id} {event.host_id}: {moves} VMs in {len(event.steps)} steps"
     return f"{when} {type(event).__name__} {event.model_dump_json()}"

@@ -3,7 +3,7 @@
     GET /api/v1/events?cluster=*        (text/event-stream)
 
     : subscribed                       <- sent once the bus subscription is bound
-    event: decision                    <- decision | migration | power | ha-alert | ha-recovered
+    event: decision                    <- decision | migration | power | ha-alert | ha-recovered | maintenance
     data: {...the message's JSON...}
 
     : keep-alive                       <- every VMSCHED_API_EVENTS_KEEPALIVE_S while nothing happens
@@ -26,7 +26,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from vmsched.contracts import HaAlert, HaRecovered, Message, MigrationDecision, PowerAction, ScheduleDecision
+from vmsched.contracts import (
+    HaAlert,
+    HaRecovered,
+    MaintenancePlan,
+    Message,
+    MigrationDecision,
+    PowerAction,
+    ScheduleDecision,
+)
 from vmsched.errors import InvalidRequest
 from vmsched.logging import get_logger
 from vmsched_services.api.deps import ClientsDep, Viewer, api_state
@@ -42,6 +50,7 @@ EVENT_NAMES: dict[type[Message], str] = {
     PowerAction: "power",
     HaAlert: "ha-alert",
     HaRecovered: "ha-recovered",
+    MaintenancePlan: "maintenance",
 }
 #: How long (ms) a browser's EventSource waits before it reconnects.
 RETRY_MS = 3000

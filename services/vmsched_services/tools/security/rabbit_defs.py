@@ -38,7 +38,14 @@ HASHING = "rabbit_password_hashing_sha256"
 #: Routing keys the engine may publish on the events exchange: its state reports and resync answers.
 ENGINE_PUBLISHES = (c.HOST_REPORT_PREFIX, c.VM_REPORT_PREFIX, c.CLUSTER_REPORT_PREFIX, c.RESYNC_COMPLETE_PREFIX)
 #: Routing keys of the events the HTTP API streams to its users (it binds its own queues to them).
-API_FOLLOWS = (c.DECISION_PREFIX, c.MIGRATION_PREFIX, c.POWER_PREFIX, c.HA_ALERT_PREFIX, c.HA_RECOVERED_PREFIX)
+API_FOLLOWS = (
+    c.DECISION_PREFIX,
+    c.MIGRATION_PREFIX,
+    c.POWER_PREFIX,
+    c.HA_ALERT_PREFIX,
+    c.HA_RECOVERED_PREFIX,
+    c.MAINTENANCE_PREFIX,
+)
 #: Routing keys each service kind publishes on the events exchange (every service may also ask for a
 #: resync: whoever finds that Redis forgot a cluster does).
 SERVICE_PUBLISHES: dict[str, tuple[str, ...]] = {

@@ -146,6 +146,14 @@
         refreshState();
       });
     }
+    source.addEventListener("maintenance", (e) => {
+      const plan = JSON.parse(e.data);
+      const moves = (plan.steps || []).reduce((n, step) => n + step.length, 0);
+      vm.notice(plan.refused && plan.refused.length
+        ? "Maintenance of " + plan.host_id + " refused: " + plan.refused.map((r) => r.vm_id + ": " + r.reason).join("; ")
+        : "Maintenance of " + plan.host_id + ": " + moves + " VMs to move in " + (plan.steps || []).length + " steps");
+      refreshState();
+    });
     for (const kind of ["ha-alert", "ha-recovered"]) {
       source.addEventListener(kind, (e) => {
         const m = JSON.parse(e.data);
