@@ -157,6 +157,8 @@ EVENLY_DISTRIBUTED_ID: Final = UUID("20d25257-b4bd-4589-92a6-c4c5c5d3fd1a")
 POWER_SAVING_ID: Final = UUID("5a2b0939-7d46-4b73-a469-e9c2c7fc6a53")
 VM_EVENLY_DISTRIBUTED_ID: Final = UUID("8d5d7bec-68de-4a67-b53e-0ac54686d579")
 CLUSTER_MAINTENANCE_ID: Final = UUID("7677771e-5eab-422e-83fa-dc04080d21b7")
+#: vmsched's own (oVirt has no such policy).
+EVEN_SPREAD_ID: Final = UUID("3c1e5d2a-8f47-4b0c-9a61-e5d0f2b7c914")
 
 #: The filter set every built-in policy runs: oVirt's (InternalClusterPolicies), for the units
 #: vmsched has; cheap exclusions first, the affinity groups after the resource checks.
@@ -234,6 +236,15 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 _EVEN_WEIGHTS,
                 "OptimalForEvenCpuDistribution",
                 _THRESHOLDS,
+            ),
+            _builtin(
+                EVEN_SPREAD_ID,
+                "even_spread",
+                "Spread CPU and memory evenly at start; narrow the CPU spread by migrations once it has"
+                " lasted, within the disruption budgets.",
+                _EVEN_WEIGHTS,
+                "EvenCpuSpread",
+                {**_THRESHOLDS, "SpreadThreshold": "6", "ImbalanceHoldMinutes": "5", "MinimumGainPercent": "2"},
             ),
             _builtin(
                 POWER_SAVING_ID,
