@@ -244,7 +244,7 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 " lasted, within the disruption budgets.",
                 _EVEN_WEIGHTS,
                 "EvenCpuSpread",
-                {**_THRESHOLDS, "SpreadThreshold": "6", "ImbalanceHoldMinutes": "5", "MinimumGainPercent": "2"},
+                {**_THRESHOLDS, "SpreadThreshold": "6", "ImbalanceHoldMinutes": "5", "MinimumGainPercent": "1"},
             ),
             _builtin(
                 POWER_SAVING_ID,

@@ -13,13 +13,15 @@ unit acts on the spread itself, with hysteresis so it does not churn:
   in the simulator when a VM arrives or moves) is not judged; a host without samples has had its
   current load throughout. The hold is read from the samples: the unit keeps no state, so the
   balancer service and the simulator judge it alike.
-* The move: every movable VM of the most-loaded hosts (MAX_SOURCES of them), tried on every Up,
-  enabled destination where it fits (load <= HighUtilization after it, scheduling memory left);
-  its *gain* is how much it narrows the gap between its source and its destination (points). The
-  move kept narrows the cluster's spread the most (ties: the larger gain, then table order), and
-  its gain must reach MinimumGainPercent, or the unit stays idle and says so. The candidates are
-  the destinations where the VM reaches that gain without widening the spread; the selector picks
-  among them under every filter.
+* The move: every movable VM of the most-loaded hosts that have one (MAX_SOURCES of them), tried
+  on every Up, enabled destination where it fits (load <= HighUtilization after it, scheduling
+  memory left) without widening the cluster's spread. Its *gain* is the load (points) it takes out
+  of the band [mean - SpreadThreshold/2, mean + SpreadThreshold/2] at its source and destination:
+  a cluster whose hosts are all in the band has a spread under SpreadThreshold, a move inside the
+  band gains nothing, and of two hosts tied at the top either may give (a max-min gain would be 0
+  until both had). The move kept gains most (ties: narrows the spread most, then table order) and
+  must gain MinimumGainPercent, or the unit stays idle and says so. The candidates are the
+  destinations where the VM gains that much; the selector picks among them under every filter.
 
 Every pass that moves nothing says why (BalanceOutcome.idle_kind / idle): no imbalance, imbalance
 not held long enough, or gain below margin.
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -52,6 +54,8 @@ from vmsched.scheduling.units.helpers import HIGH_UTILIZATION, fmt_num, max_sche
 
 #: The most-loaded hosts whose VMs a pass tries (the spread's top is there; more costs time only).
 MAX_SOURCES: Final = 3
+#: The busiest hosts looked at for those MAX_SOURCES with a VM the unit may move.
+SOURCE_SCAN: Final = 20
 #: Hosts at each end of the load order whose sample windows are read for the hold.
 HOLD_PROBE: Final = 8
 
@@ -62,7 +66,7 @@ IMBALANCE_HOLD_MINUTES = PropertySpec(
     r"^([0-9]|[1-9][0-9]+)$", "5", "minutes a spread over SpreadThreshold must last before a migration"
 )
 MINIMUM_GAIN_PERCENT = PropertySpec(
-    r"^([1-9]|[1-9][0-9])$", "2", "points a migration must narrow its source-destination gap by"
+    r"^([1-9]|[1-9][0-9])$", "1", "points a migration must narrow its source-destination gap by"
 )
 
 
@@ -102,7 +106,7 @@ def even_spread_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props)
     high = prop_float(props, "HighUtilization", float(DEFAULT_HIGH))
     threshold = prop_float(props, "SpreadThreshold", 6.0)
     hold_s = 60.0 * prop_int(props, "ImbalanceHoldMinutes", 5)
-    margin = prop_float(props, "MinimumGainPercent", 2.0)
+    margin = prop_float(props, "MinimumGainPercent", 1.0)
     load = effective_load(hosts)
     order = [int(i) for i in up[np.argsort(load[up], kind="stable")]]
     spread = float(load[order[-1]] - load[order[0]])
@@ -120,7 +124,9 @@ def even_spread_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props)
                 f" {fmt_num(threshold)} for ImbalanceHoldMinutes {fmt_num(hold_s / 60.0)}"
             ),
         )
-    return _best_move(hosts, vms, load, order, spread, high, margin)
+    mean = float(load[up].mean())
+    band = (mean - threshold / 2.0, mean + threshold / 2.0)
+    return _best_move(hosts, vms, load, order, spread, band, high, margin)
 
 
 def _best_move(
@@ -129,9 +135,11 @@ def _best_move(
     load: FloatArray,
     order: list[int],
     spread: float,
+    band: tuple[float, float],
     high: float,
     margin: float,
 ) -> BalanceOutcome:
+    lo, hi = band
     cpus = hosts.effective_cpus
     sched = max_scheduling_memory_mb(hosts)
     dest = np.flatnonzero(destination_mask(hosts) & (cpus > 0))
@@ -141,15 +149,23 @@ def _best_move(
     best: tuple[float, float] | None = None
     pick: Migration | None = None
     best_gain = -math.inf
-    for s in order[::-1][:MAX_SOURCES]:
-        if cpus[s] <= 0:
+    sources = 0
+    for s in order[::-1][:SOURCE_SCAN]:
+        movable = by_host.on(hosts.ids[s]) if cpus[s] > 0 else []
+        if not movable:  # nothing it may give (all resting, in flight, or its host out of budget)
             continue
-        for vm in by_host.on(hosts.ids[s]):
+        sources += 1
+        if sources > MAX_SOURCES:
+            break
+        for vm in movable:
             hunger = cpu_hunger(vm)
             new_src = float(load[s]) - hunger / float(cpus[s])
             new_dst = load[dest] + hunger / cpus[dest]
             fits = (new_dst <= high) & (sched[dest] - float(vm_cost(vm).mem_mb) > 0.0) & (dest != s)
-            gain = (float(load[s]) - load[dest]) - np.abs(new_src - new_dst)
+            # The load outside the band [mean - T/2, mean + T/2] the move takes away, at both ends.
+            gain = (_excess(float(load[s]), lo, hi) - _excess(new_src, lo, hi)) + (
+                _excess(load[dest], lo, hi) - _excess(new_dst, lo, hi)
+            )
             rest_max = _end([i for i in highs if i != s], dest, load, -math.inf)
             rest_min = _end([i for i in lows if i != s], dest, load, math.inf)
             after = np.maximum(np.maximum(rest_max, new_dst), new_src) - np.minimum(np.minimum(rest_min, new_dst), new_src)
@@ -161,8 +177,8 @@ def _best_move(
             good = ok & (gain >= margin)
             if not good.any():
                 continue
-            k = int(np.lexsort((-gain[good], -narrowed[good]))[0])
-            score = (float(narrowed[good][k]), float(gain[good][k]))
+            k = int(np.lexsort((-narrowed[good], -gain[good]))[0])
+            score = (float(gain[good][k]), float(narrowed[good][k]))
             if best is None or score > best:
                 best = score
                 names = tuple(hosts.ids[int(d)] for d in dest[good])
@@ -172,15 +188,23 @@ def _best_move(
                     names,
                     f"CPU spread {fmt_num(round(spread, 1))} points: host {hosts.ids[s]} at"
                     f" {fmt_num(round(float(load[s]), 1))}% gives a VM of {fmt_num(round(hunger, 1))}% of a CPU"
-                    f" (spread narrowed by {fmt_num(round(score[0], 1))}, gap by {fmt_num(round(score[1], 1))})",
+                    f" (load outside the band less by {fmt_num(round(score[0], 1))}, spread by {fmt_num(round(score[1], 1))})",
                 )
     if pick is not None:
         return BalanceOutcome(pick)
     if best_gain == -math.inf:
-        why = f"no movable VM of the {MAX_SOURCES} busiest hosts fits a host without widening the spread"
+        why = f"no movable VM of the {MAX_SOURCES} busiest hosts with one fits a host without widening the spread"
     else:
-        why = f"best move narrows a gap by {fmt_num(round(best_gain, 1))} < MinimumGainPercent {fmt_num(margin)}"
+        why = (
+            f"best move takes {fmt_num(round(best_gain, 1))} points of load outside the band"
+            f" [{fmt_num(round(lo, 1))}, {fmt_num(round(hi, 1))}] < MinimumGainPercent {fmt_num(margin)}"
+        )
     return BalanceOutcome(idle_kind=IdleKind.GAIN_BELOW_MARGIN, idle=why)
+
+
+def _excess(load: Any, lo: float, hi: float) -> Any:
+    """Points of load above `hi` or below `lo` (per host, for a number or an array)."""
+    return np.maximum(load - hi, 0.0) + np.maximum(lo - load, 0.0)
 
 
 def _end(ends: list[int], dest: IndexArray, load: FloatArray, none: float) -> FloatArray:
