@@ -22,6 +22,7 @@ from vmsched.constants import (
     KEY_HA_STATE,
     KEY_LEASE,
     KEY_LOCK,
+    KEY_MIGRATION_BUDGET,
     KEY_PENDING,
     KEY_PENDING_VERSION,
     KEY_RESYNC,
@@ -125,6 +126,10 @@ class Keys:
     def cooldown(self, cluster: str, vm_id: str) -> str:
         return self._key(KEY_COOLDOWN, cluster, vm_id)
 
+    def migration_budget(self, cluster: str) -> str:
+        """The balancing migrations of the disruption budgets' window (vmsched.store.budgets)."""
+        return self._key(KEY_MIGRATION_BUDGET, cluster)
+
     def tried(self, cluster: str, vm_id: str) -> str:
         return self._key(KEY_TRIED, cluster, vm_id)
 
@@ -155,6 +160,7 @@ class Keys:
             self.generation(cluster),
             self.resync(cluster),
             self.ha_state(cluster),
+            self.migration_budget(cluster),
             self.decision_history(cluster),
             *(self.lease(role, cluster) for role in LEASE_ROLES),
         ]

@@ -50,6 +50,7 @@ from vmsched.constants import (
     KEY_HA_STATE,
     KEY_LEASE,
     KEY_LOCK,
+    KEY_MIGRATION_BUDGET,
     KEY_PENDING,
     KEY_PENDING_VERSION,
     KEY_RESYNC,
@@ -94,6 +95,7 @@ DECISION_HISTORY = f"{KEY_DECISION_HISTORY}:{_CLUSTER}"
 COOLDOWN = f"{KEY_COOLDOWN}:{_CLUSTER}"
 TRIED = f"{KEY_TRIED}:{_CLUSTER}"
 HA_STATE = f"{KEY_HA_STATE}:{_CLUSTER}"
+MIGRATION_BUDGET = f"{KEY_MIGRATION_BUDGET}:{_CLUSTER}"
 UNITS_INDEX = f"{KEY_UNITS_INDEX}:{UNITS_TAG}"
 ALL_UNITS = f"{KEY_UNITS}:{UNITS_TAG}:*"
 
@@ -172,14 +174,15 @@ ACCESS: Final[Mapping[str, Access]] = {
     "filter-worker": _service("filter-worker", [], _STATE_READ, _STATE_CACHE),
     "weigher": _service("weigher", [], _STATE_READ, _STATE_CACHE),
     # LeasedLoop: the clusters set, its leases, the generation markers (read); ClusterReader: pending
-    # (expired records dropped on the way), the state; failed hosts (read) and cool-downs.
+    # (expired records dropped on the way), the state; failed hosts (read) and cool-downs; the
+    # disruption budgets' record of its migrations (MigrationBudget).
     "balancer": _service(
         "balancer",
-        [_lease(LEASE_BALANCER), PENDING, PENDING_VERSION, COOLDOWN],
+        [_lease(LEASE_BALANCER), PENDING, PENDING_VERSION, COOLDOWN, MIGRATION_BUDGET],
         [CLUSTERS, GENERATION, RESYNC, *_STATE_READ, STATE_VMS, TRIED],
         _GENERATION,
         _STATE_CACHE,
-        ("smembers", "mget", "hget", "hdel", "incr"),
+        ("smembers", "mget", "hget", "hdel", "incr", "zrangebyscore"),
     ),
     # LeasedLoop as the balancer's; pending then the state snapshot; its remembered failing hosts.
     "ha-monitor": _service(
