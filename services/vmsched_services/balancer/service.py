@@ -86,7 +86,8 @@ class Balancer:
                 await self._advise_power(cluster, unit.name, policy.name, pick.power)
             if pick.migration is None or pick.vm is None:
                 if attempt == 0:
-                    log.info("balancer idle", cluster=cluster, unit=unit.name, why=pick.idle_kind.value, reason=pick.idle)
+                    why = pick.idle_kind.value
+                    log.info("balancer idle", cluster=cluster, unit=unit.name, why=why, reason=pick.idle)
                 break
             migration = await self._migrate(cluster, unit.name, policy.name, pick.migration, pick.vm)
             if migration is None:

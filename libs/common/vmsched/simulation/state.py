@@ -25,8 +25,8 @@ from vmsched.contracts import (
     VmSpec,
     VmStatus,
 )
-from vmsched.scheduling.budgets import BudgetLimits, MigrationLedger
 from vmsched.scheduling.balancing import balance_unit_of
+from vmsched.scheduling.budgets import BudgetLimits, MigrationLedger
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable

@@ -168,7 +168,8 @@ def _best_move(
             )
             rest_max = _end([i for i in highs if i != s], dest, load, -math.inf)
             rest_min = _end([i for i in lows if i != s], dest, load, math.inf)
-            after = np.maximum(np.maximum(rest_max, new_dst), new_src) - np.minimum(np.minimum(rest_min, new_dst), new_src)
+            top = np.maximum(np.maximum(rest_max, new_dst), new_src)
+            after = top - np.minimum(np.minimum(rest_min, new_dst), new_src)
             narrowed = spread - after
             ok = fits & (narrowed >= 0.0)
             if not ok.any():
@@ -188,7 +189,8 @@ def _best_move(
                     names,
                     f"CPU spread {fmt_num(round(spread, 1))} points: host {hosts.ids[s]} at"
                     f" {fmt_num(round(float(load[s]), 1))}% gives a VM of {fmt_num(round(hunger, 1))}% of a CPU"
-                    f" (load outside the band less by {fmt_num(round(score[0], 1))}, spread by {fmt_num(round(score[1], 1))})",
+                    f" (load outside the band less by {fmt_num(round(score[0], 1))},"
+                    f" spread by {fmt_num(round(score[1], 1))})",
                 )
     if pick is not None:
         return BalanceOutcome(pick)
