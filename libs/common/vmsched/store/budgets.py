@@ -11,6 +11,7 @@ each VM rests is MigrationCooldowns' (vmsched.store.memories), as before.
 from __future__ import annotations
 
 import json
+from typing import cast
 
 import redis.asyncio as aioredis
 
@@ -44,7 +45,8 @@ class MigrationBudget:
             self._keys.migration_budget(cluster_id), f"({since}", "+inf", withscores=True
         )
         moves = []
-        for member, at in rows:
+        for row in rows:
+            member, at = cast("tuple[bytes | str, float]", row)
             _, vm, source, target = json.loads(member)
             moves.append(MoveRecord(float(at), str(vm), str(source), str(target)))
         ledger = MigrationLedger(return_cooldown_s, moves)
