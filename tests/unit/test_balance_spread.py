@@ -54,14 +54,16 @@ def test_moves_the_vm_that_brings_the_busiest_host_into_the_band() -> None:
 
 def test_idle_without_imbalance() -> None:
     out = even_spread_balance(cluster({"h1": 22, "h2": 20, "h3": 18}), VMS, PROPS)
-    assert out.migration is None and out.idle_kind is IdleKind.NO_IMBALANCE
+    assert out.migration is None
+    assert out.idle_kind is IdleKind.NO_IMBALANCE
     assert "<= SpreadThreshold 6" in out.idle
 
 
 def test_idle_until_the_imbalance_has_held() -> None:
     fresh = cluster({"h1": 40, "h2": 20, "h3": 10}, since_min=2.0)
     out = even_spread_balance(fresh, VMS, PROPS)
-    assert out.migration is None and out.idle_kind is IdleKind.NOT_HELD
+    assert out.migration is None
+    assert out.idle_kind is IdleKind.NOT_HELD
     # Held for 2 minutes: a hold of 1 minute is over.
     assert even_spread_balance(fresh, VMS, {**PROPS, "ImbalanceHoldMinutes": "1"}).migration is not None
 
@@ -69,7 +71,8 @@ def test_idle_until_the_imbalance_has_held() -> None:
 def test_idle_when_no_move_gains_the_margin() -> None:
     tiny = [vmr("t", "h1", vcpus=1, cpu_usage_pct=3)]  # 0.3 points off h1, 0.3 onto h3
     out = even_spread_balance(cluster({"h1": 40, "h2": 20, "h3": 10}), tiny, PROPS)
-    assert out.migration is None and out.idle_kind is IdleKind.GAIN_BELOW_MARGIN
+    assert out.migration is None
+    assert out.idle_kind is IdleKind.GAIN_BELOW_MARGIN
     assert "MinimumGainPercent 1" in out.idle
 
 
@@ -96,13 +99,15 @@ def test_pass_says_budget_exhausted_and_strikes_returns() -> None:
     ledger = MigrationLedger(LIMITS.return_cooldown_s, [MoveRecord(T - 60, "x", "h4", "h5")])
     ledger.record(MoveRecord(T - 50, "y", "h6", "h7"))
     pick = balance_pass(EVEN_CPU_SPREAD, PROPS, t, VMS, Budget(LIMITS, ledger, T, 0))
-    assert pick.migration is None and pick.idle_kind is IdleKind.BUDGET_EXHAUSTED
+    assert pick.migration is None
+    assert pick.idle_kind is IdleKind.BUDGET_EXHAUSTED
     # "big" left h3 an hour ago (outside the hour, inside the return cool-down): h3 is struck.
     ledger = MigrationLedger(LIMITS.return_cooldown_s, [MoveRecord(T - 3700, "big", "h3", "h1")])
     ledger.prune(T)
     pick = balance_pass(EVEN_CPU_SPREAD, PROPS, t, VMS, Budget(LIMITS, ledger, T, 0))
     # Its only target struck, the unit is asked again without it: "small" goes instead.
-    assert pick.migration is not None and pick.migration.vm_id == "small"
+    assert pick.migration is not None
+    assert pick.migration.vm_id == "small"
 
 
 moves = st.lists(
@@ -153,4 +158,5 @@ def test_simulated_day_keeps_budgets_and_no_returns(policy: str) -> None:
     assert counts.ping_pongs == 0
     assert counts.migrations_started <= 0.25 * hosts * hours
     passes_idle = sum(counts.idle.values())
-    assert passes_idle > 0 and set(counts.idle) <= {k.value for k in IdleKind}
+    assert passes_idle > 0
+    assert set(counts.idle) <= {k.value for k in IdleKind}
