@@ -6,8 +6,8 @@ disruption now. A pass is refused, or a target struck from the unit's candidates
 * MigrationsPerHostPerHour: a host already took part (as source or target) in that many
   migrations within the last hour (default 1);
 * MigrationsPerClusterPerHour: the cluster already started that many within the last hour
-  (default: a quarter of its hosts, so balancing never costs more than 0.25 migrations per host
-  per hour);
+  (default: a quarter of its hosts, at least one, so balancing costs no more than 0.25 migrations
+  per host per hour on a cluster of 4 hosts or more);
 * ConcurrentMigrations: that many balancing migrations are still in flight (default 2);
 * ReturnCooldownMinutes: the VM left that target within the cool-down (default 240): no VM
   goes back to a host it left lately, whichever unit asks.
@@ -70,7 +70,7 @@ class BudgetLimits:
         cluster = values["MigrationsPerClusterPerHour"]
         return cls(
             per_host_hour=float(values["MigrationsPerHostPerHour"] or 0),
-            per_cluster_hour=float(cluster) if cluster is not None else CLUSTER_SHARE_PER_HOST * hosts,
+            per_cluster_hour=float(cluster) if cluster is not None else max(1.0, CLUSTER_SHARE_PER_HOST * hosts),
             concurrent=int(values["ConcurrentMigrations"] or 0),
             return_cooldown_s=60.0 * int(values["ReturnCooldownMinutes"] or 0),
         )
