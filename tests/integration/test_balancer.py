@@ -24,6 +24,7 @@ from vmsched.db import connect as connect_pg
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.balancing import BalancePick, balance_pass
+from vmsched.scheduling.budgets import Budget
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
 from vmsched.scheduling.units.base import Migration, PolicyUnit, Props
@@ -38,6 +39,9 @@ pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
 #: vm_evenly_distributed: HighVmCount 10, MigrationThreshold 5, SpmVmGrace 5 (no SPM host here).
 POLICY = "vm_evenly_distributed"
+#: Disruption budgets wide enough for the tests of what the unit does (the defaults allow a 3-host
+#: cluster one migration an hour: test_the_balancer_obeys_the_disruption_budgets).
+WIDE_BUDGETS = {"MigrationsPerHostPerHour": "100", "MigrationsPerClusterPerHour": "100", "ConcurrentMigrations": "10"}
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +60,19 @@ async def balancing(bus_settings: Settings, buses: Buses, database: str) -> Asyn
         yield cfg
 
 
-async def crowded_cluster(client: SchedulerClient, cfg: Settings, cluster: str, counts: dict[str, int]) -> None:
-    """Hosts with `counts` running VMs each, under the VM-count policy."""
+async def crowded_cluster(
+    client: SchedulerClient,
+    cfg: Settings,
+    cluster: str,
+    counts: dict[str, int],
+    properties: dict[str, str] | None = None,
+) -> None:
+    """Hosts with `counts` running VMs each, under the VM-count policy (wide budgets unless told)."""
     pool = await connect_pg(cfg.postgres_url)
     try:
-        await PolicyRepository(pool).set_cluster_policy(cluster, POLICY)
+        await PolicyRepository(pool).set_cluster_policy(
+            cluster, POLICY, WIDE_BUDGETS if properties is None else properties
+        )
     finally:
         await pool.close()
     await client.policy_changed(cluster_id=cluster)
@@ -79,6 +91,26 @@ async def crowded_cluster(client: SchedulerClient, cfg: Settings, cluster: str, 
 
 async def next_migration(queue: asyncio.Queue[MigrationDecision], timeout: float) -> MigrationDecision:
     return await asyncio.wait_for(queue.get(), timeout)
+
+
+async def test_the_balancer_obeys_the_disruption_budgets(
+    balancing: Settings, buses: Buses, unique: str, redis_client: aioredis.Redis
+) -> None:
+    """Default budgets on 3 hosts: one migration an hour (per cluster and per host), recorded in Redis."""
+    cluster = f"bud-{unique}"
+    async with buses.client(balancing) as client:
+        got: asyncio.Queue[MigrationDecision] = asyncio.Queue()
+        await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], got.put)
+        await crowded_cluster(client, balancing, cluster, {"a": 13, "b": 2, "c": 2}, properties={})
+        first = await next_migration(got, 15.0)
+        assert first.source_host == "a"
+        await client.report_vm(vm_report(cluster, first.vm_id, first.target_host, mem_mb=1024, vcpus=1))
+        # Without budgets two more would follow within seconds (the test below): none comes.
+        with pytest.raises(TimeoutError):
+            await next_migration(got, 5 * balancing.balance_interval_s)
+        record = await redis_client.zrange(Keys.from_settings(balancing).migration_budget(cluster), 0, -1)
+        assert len(record) == 1
+        assert first.vm_id in str(record[0])
 
 
 async def test_an_overcrowded_host_is_relieved_until_the_cluster_is_balanced(
@@ -201,10 +233,15 @@ class Attempts:
     movable: list[list[str]] = field(default_factory=list)
 
     def balance_pass(
-        self, unit: PolicyUnit, props: Props, table: HostTable, movable: Sequence[VmReport]
+        self,
+        unit: PolicyUnit,
+        props: Props,
+        table: HostTable,
+        movable: Sequence[VmReport],
+        budget: Budget | None = None,
     ) -> BalancePick:
         if not any(v.cluster_id in self.clusters for v in movable):
-            return balance_pass(unit, props, table, movable)
+            return balance_pass(unit, props, table, movable, budget)
         self.tables.append(table)
         self.movable.append([v.vm_id for v in movable])
         vm = next((v for v in movable if v.vm_id == "a-vm0"), None)

@@ -161,3 +161,17 @@ def test_nova_conf_becomes_a_policy_with_its_filters_and_multipliers(tmp_path: P
     conf.write_text("[filter_scheduler\nenabled_filters = RamFilter\n")
     with pytest.raises(InvalidRequest, match=r"cannot read it as nova\.conf"):
         import_nova(str(conf), "x", REGISTRY)
+
+
+def test_budget_properties_belong_to_a_policy_that_balances_and_are_checked_like_a_units() -> None:
+    balancing = PolicyDocument(
+        name="p", filters=[FilterEntry(unit="Memory")], balance="EvenCpuSpread",
+        properties={"MigrationsPerHostPerHour": "3", "ConcurrentMigrations": "lots"},
+    )  # fmt: skip
+    found = problems(balancing, REGISTRY)
+    assert found == [
+        "ConcurrentMigrations must be a whole number of at least 0 (default 2), not 'lots': "
+        "disruption budgets reads it (balancing migrations in flight at once)"
+    ]
+    still = PolicyDocument(name="q", filters=[FilterEntry(unit="Memory")], properties={"ConcurrentMigrations": "2"})
+    assert problems(still, REGISTRY) == ["property 'ConcurrentMigrations' is not read by any unit of the policy"]

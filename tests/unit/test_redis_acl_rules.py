@@ -134,6 +134,8 @@ def test_who_may_write_what() -> None:
     assert writers(k.lease(LEASE_BALANCER, cluster)) == {"balancer"}
     assert writers(k.lease(LEASE_HA_MONITOR, cluster)) == {"ha-monitor"}
     assert writers(k.cooldown(cluster, "vm")) == {"balancer"}
+    assert writers(k.migration_budget(cluster)) == {"balancer"}
+    assert readers(k.migration_budget(cluster)) == {"balancer"}
     assert writers(k.unit_catalogue("weigher", "i1")) == {"weigher"}
     assert writers(k.unit_catalogue_index()) == set(SERVICE_ROLES)
     # The workers read the state and nothing else of the clusters.

@@ -42,9 +42,17 @@ def crowded(*, departs: dict[str, float] | None = None, **kw: object) -> Workloa
     )
 
 
+#: Disruption budgets wide enough that these tests see the units themselves (the budgets'
+#: defaults allow a 4-host cluster one migration an hour; tests/unit/test_balance_spread.py
+#: holds the simulator to them).
+WIDE_BUDGETS = {"MigrationsPerHostPerHour": "100", "MigrationsPerClusterPerHour": "100", "ConcurrentMigrations": "10"}
+
+
 def simulate(workload: Workload, policy: str) -> tuple[Simulation, list[Sample]]:
     recorder = Recorder()
-    sim = Simulation(workload, BUILTIN_POLICIES[policy], recorder)
+    chosen = BUILTIN_POLICIES[policy]
+    chosen = chosen.model_copy(update={"properties": {**chosen.properties, **WIDE_BUDGETS}})
+    sim = Simulation(workload, chosen, recorder)
     asyncio.run(sim.run())
     return sim, recorder.samples
 

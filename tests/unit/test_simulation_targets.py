@@ -32,7 +32,9 @@ def small() -> Workload:
 
 def test_power_saving_is_held_to_1_05_of_the_packing_bound(small: Workload) -> None:
     r = report(small, "power_saving")
-    (v,) = verdicts([r])
+    churn, pong, v = verdicts([r])
+    assert (churn.limit, churn.met) == (0.25, r.migrations_per_host_hour <= 0.25)
+    assert (pong.value, pong.met) == (r.ping_pongs, r.ping_pongs == 0)
     assert (v.value, v.limit, v.met) == (r.packing_ratio_mean, 1.05, r.packing_ratio_mean <= 1.05)
     assert "power_saving: hosts used / first-fit-decreasing hosts" in v.line()
 

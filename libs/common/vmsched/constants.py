@@ -309,6 +309,7 @@ KEY_DECISION_HISTORY: Final = "decision-history"  # {prefix}:decision-history:{{
 KEY_LEASE: Final = "lease"  # {prefix}:lease:{role}:{{cluster}} -> owner id, PX = lease time
 KEY_COOLDOWN: Final = "cooldown"  # {prefix}:cooldown:{{cluster}}:{vm} -> set while a migrated VM rests
 KEY_TRIED: Final = "tried"  # {prefix}:tried:{{cluster}}:{vm} -> set of hosts where a start/migration failed
+KEY_MIGRATION_BUDGET: Final = "migration-budget"  # {prefix}:migration-budget:{{cluster}} -> zset of moves by time
 KEY_HA_STATE: Final = "ha-state"  # {prefix}:ha-state:{{cluster}} -> json list of failing hosts
 KEY_MAINTENANCE: Final = "maintenance"  # {prefix}:maintenance:{{cluster}} -> hash host -> json plan and step of a drain
 KEY_UNITS: Final = "units"  # {prefix}:units:{units}:{service}:{instance} -> json units, PX = catalogue TTL

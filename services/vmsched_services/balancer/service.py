@@ -10,12 +10,19 @@ most `migrations_per_cycle` per cluster per cycle.
 No ping-pong: a migrated VM rests for `migration_cooldown_s`; a VM with a pending record (a start
 or migration the state tracker has not seen complete) is in flight and not picked; non-migratable
 VMs never are. Several balancers may run: each cluster is balanced by the one holding its lease.
+
+Disruption budgets (vmsched.scheduling.budgets, the simulator's too): migrations per host and per
+cluster per hour, concurrent migrations, no return to a host a VM left within the return cool-down,
+over the record of this cluster's migrations in Redis (vmsched.store.budgets.MigrationBudget). A
+cycle that starts nothing logs why ("balancer idle": no imbalance, imbalance not held long enough,
+gain below margin, budget exhausted).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 
 from vmsched import constants as c
@@ -33,9 +40,11 @@ from vmsched.metrics import BALANCE_MIGRATIONS, BALANCE_PASSES, BALANCE_POWER_AC
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
 from vmsched.scheduling.balancing import balance_pass, migration_candidates, migration_request, movable_vms
+from vmsched.scheduling.budgets import Budget, BudgetLimits, MoveRecord
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.base import Migration, PowerChange
 from vmsched.store import PendingStore
+from vmsched.store.budgets import MigrationBudget
 from vmsched.store.cluster_reads import ClusterReader
 from vmsched.store.memories import FailedHosts, MigrationCooldowns
 from vmsched_services.balancer.maintenance import Drains
@@ -55,6 +64,7 @@ class Balancer:
         self.cooldowns = MigrationCooldowns(rt.redis, rt.settings)
         #: Hosts in maintenance, drained by one plan each (balancer/maintenance.py).
         self.drains = Drains(rt, self.reads, self.failed_hosts)
+        self.budgets = MigrationBudget(rt.redis, rt.settings)
         self.loop = LeasedLoop(rt, c.LEASE_BALANCER, rt.settings.balance_interval_s, self.cycle)
         self.leases = self.loop.leases
 
@@ -80,16 +90,37 @@ class Balancer:
         for attempt in range(self.settings.migrations_per_cycle):
             view = await self.reads.read(cluster)
             movable = await self._movable(cluster, view.vms, view.in_flight)
-            pick = balance_pass(unit, props, view.table, movable)
+            budget = await self._budget(cluster, policy.properties, len(view.table), view.in_flight)
+            pick = balance_pass(unit, props, view.table, movable, budget)
             if attempt == 0:
                 await self._advise_power(cluster, unit.name, policy.name, pick.power)
             if pick.migration is None or pick.vm is None:
+                if attempt == 0:
+                    why = pick.idle_kind.value
+                    log.info("balancer idle", cluster=cluster, unit=unit.name, why=why, reason=pick.idle)
                 break
             migration = await self._migrate(cluster, unit.name, policy.name, pick.migration, pick.vm)
             if migration is None:
                 break
+            await self.budgets.record(
+                cluster,
+                MoveRecord(time.time(), migration.vm_id, migration.source_host, migration.target_host),
+                migration.decision_id.hex,
+                budget.limits.return_cooldown_s,
+            )
             published.append(migration)
         return published
+
+    async def _budget(
+        self, cluster: str, properties: Mapping[str, str], hosts: int, in_flight: Collection[str]
+    ) -> Budget:
+        """The disruption budgets now: the policy's limits over the recorded migrations, those whose
+        VM is still pending (not seen moved by the state tracker) in flight."""
+        limits = BudgetLimits.from_props(properties, hosts)
+        now = time.time()
+        ledger = await self.budgets.ledger(cluster, now, limits.return_cooldown_s)
+        flying = {m.vm_id for m in ledger.moves() if now - m.at_s < 3600.0 and m.vm_id in in_flight}
+        return Budget(limits, ledger, now, len(flying))
 
     async def _advise_power(self, cluster: str, unit: str, policy: str, changes: Sequence[PowerChange]) -> None:
         for change in changes:

@@ -12,10 +12,15 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from vmsched.contracts import RequestKind, ScheduleRequest, VmReport, VmSpec, VmStatus
+from vmsched.scheduling.budgets import Budget
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import get_unit
-from vmsched.scheduling.units.base import Migration, PolicyUnit, PowerChange, Props, VmsByHost
+from vmsched.scheduling.units.base import BalanceOutcome, IdleKind, Migration, PolicyUnit, PowerChange, Props, VmsByHost
+
+#: Picks a pass tries when the budgets strike every candidate of the unit's pick (that VM is then
+#: left out and the unit asked again).
+BUDGET_RETRIES = 3
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,9 @@ class BalancePick:
     vm: VmReport | None
     migration: Migration | None
     power: tuple[PowerChange, ...]
+    #: Without a migration: why not (logged by the balancer, counted by the simulator).
+    idle_kind: IdleKind = IdleKind.NO_IMBALANCE
+    idle: str = ""
 
 
 def balance_unit_of(policy: Policy) -> PolicyUnit | None:
@@ -57,18 +65,55 @@ def movable_vms(vms: Sequence[VmReport], in_flight: Collection[str], resting: Co
     return [v for v in candidates if v.vm_id not in resting]
 
 
+def _without(movable: Sequence[VmReport], out: Collection[str]) -> Sequence[VmReport]:
+    if isinstance(movable, VmsByHost):
+        return movable.kept(lambda v: v.vm_id not in out and v.host_id not in out)
+    return [v for v in movable if v.vm_id not in out and v.host_id not in out]
+
+
 def balance_pass(
     unit: PolicyUnit,
     props: Props,
     table: HostTable,
     movable: Sequence[VmReport],
+    budget: Budget | None = None,
 ) -> BalancePick:
-    """Run `unit` on `table` (pending folded in) with the VMs it may move (`movable_vms`)."""
+    """Run `unit` on `table` (pending folded in) with the VMs it may move (`movable_vms`), within
+    `budget` (vmsched.scheduling.budgets) when given: VMs of hosts out of budget are not offered,
+    and the pick's candidates lose the hosts out of budget and those the VM left lately."""
     if unit.balance is None:
         return BalancePick(None, None, ())
-    outcome = unit.balance(table, movable, props)
+    if budget is None:
+        return _pick(unit.balance(table, movable, props), movable)
+    exhausted = budget.exhausted()
+    full = budget.full_hosts(table.ids)
+    offered = _without(movable, full) if exhausted is None else []
+    power: tuple[PowerChange, ...] | None = None
+    struck: set[str] = set()
+    for _ in range(BUDGET_RETRIES):
+        outcome = unit.balance(table, offered, props)
+        power = outcome.power if power is None else power
+        if exhausted is not None:
+            return BalancePick(None, None, power, IdleKind.BUDGET_EXHAUSTED, exhausted)
+        if outcome.migration is None:
+            idle = outcome.idle
+            if full or struck:
+                idle += f" ({len(full)} hosts out of budget, {len(struck)} picks struck by the budgets)"
+            return BalancePick(None, None, power, outcome.idle_kind, idle.strip())
+        m = outcome.migration
+        admitted = budget.admit(m.vm_id, m.source_host, m.candidates)
+        if admitted:
+            pick = _pick(outcome, offered)
+            return BalancePick(pick.vm, Migration(m.vm_id, m.source_host, admitted, m.reason), power)
+        struck.add(m.vm_id)
+        offered = _without(offered, struck)
+    why = f"every target of {len(struck)} picks is out of budget or a host the VM left within ReturnCooldownMinutes"
+    return BalancePick(None, None, power or (), IdleKind.BUDGET_EXHAUSTED, why)
+
+
+def _pick(outcome: BalanceOutcome, movable: Sequence[VmReport]) -> BalancePick:
     if outcome.migration is None:
-        return BalancePick(None, None, outcome.power)
+        return BalancePick(None, None, outcome.power, outcome.idle_kind, outcome.idle)
     pick = outcome.migration
     among = movable.on(pick.source_host) if isinstance(movable, VmsByHost) else movable
     vm = next(v for v in among if v.vm_id == pick.vm_id)
@@ -108,6 +153,7 @@ def migration_request(
 
 
 __all__ = [
+    "BUDGET_RETRIES",
     "BalancePick",
     "VmsByHost",
     "balance_pass",

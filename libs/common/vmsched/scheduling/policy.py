@@ -159,6 +159,8 @@ VM_EVENLY_DISTRIBUTED_ID: Final = UUID("8d5d7bec-68de-4a67-b53e-0ac54686d579")
 CLUSTER_MAINTENANCE_ID: Final = UUID("7677771e-5eab-422e-83fa-dc04080d21b7")
 #: vmsched's own (oVirt has no such policy): a fixed id of its own.
 TIGHT_PACKING_ID: Final = UUID("3c6f1d2e-8a41-4f0b-9e57-2d7c1b9a6f10")
+#: vmsched's own (oVirt has no such policy).
+EVEN_SPREAD_ID: Final = UUID("3c1e5d2a-8f47-4b0c-9a61-e5d0f2b7c914")
 
 #: The filter set every built-in policy runs: oVirt's (InternalClusterPolicies), for the units
 #: vmsched has; cheap exclusions first, the affinity groups after the resource checks.
@@ -238,6 +240,15 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 _THRESHOLDS,
             ),
             _builtin(
+                EVEN_SPREAD_ID,
+                "even_spread",
+                "Spread CPU and memory evenly at start; narrow the CPU spread by migrations once it has"
+                " lasted, within the disruption budgets.",
+                _EVEN_WEIGHTS,
+                "EvenCpuSpread",
+                {**_THRESHOLDS, "SpreadThreshold": "6", "ImbalanceHoldMinutes": "5", "MinimumGainPercent": "1"},
+            ),
+            _builtin(
                 POWER_SAVING_ID,
                 "power_saving",
                 "Pack VMs onto as few hosts as possible so idle hosts can be powered down.",
@@ -256,7 +267,12 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 " (vmsched's own; power_saving stays oVirt's).",
                 (PolicyWeight(unit="OptimalForPacking", factor=2), *_COMMON_WEIGHTS),
                 "OptimalForPacking",
-                {**_THRESHOLDS, "LowUtilization": "20"},
+                # Consolidation empties one host at a time into the fullest others: the host budget
+                # lets those hosts send and take several VMs an hour, more at once, and a VM may come
+                # back after an hour (measured: 1.07x FFD at 0.14 migrations per host per hour on the
+                # generated day at 50 hosts, against 1.13x with the defaults); the cluster's budget (a
+                # quarter of its hosts an hour) bounds the churn as for every policy.
+                {**_THRESHOLDS, "LowUtilization": "20", "MigrationsPerHostPerHour": "12", "ConcurrentMigrations": "4", "ReturnCooldownMinutes": "60"},
             ),
             _builtin(
                 VM_EVENLY_DISTRIBUTED_ID,

@@ -18,6 +18,7 @@ from vmsched.contracts.policies import (
     PolicyDocument,
     WeightEntry,
 )
+from vmsched.scheduling.budgets import BUDGET_PROPERTIES, BUDGETS
 from vmsched.scheduling.policy import FilterSequence, Policy, PolicyFilter, PolicyWeight
 from vmsched.scheduling.selection import SELECTORS
 from vmsched.scheduling.units.base import PolicyUnit, PropertySpec
@@ -99,11 +100,15 @@ def expected(regex: str) -> str | None:
 
 
 def _property_problem(unit: PolicyUnit, name: str, spec: PropertySpec, value: str) -> str:
+    return _property_problem_of(unit.name, name, spec, value)
+
+
+def _property_problem_of(reader: str, name: str, spec: PropertySpec, value: str) -> str:
     what = f" ({spec.description})" if spec.description else ""
     words = expected(spec.regex)
     rule = f"{name} must be {words}" if words else f"{name} must match {spec.regex}"
     default = f" (default {spec.default})" if spec.default is not None else ""
-    return f"{rule}{default}, not {value!r}: {unit.name} reads it{what}"
+    return f"{rule}{default}, not {value!r}: {reader} reads it{what}"
 
 
 def problems(
@@ -154,11 +159,19 @@ def property_problems(properties: Mapping[str, str], units: Iterable[PolicyUnit]
     for unit in units:
         for name, spec in unit.properties.items():
             declared.setdefault(name, []).append((unit, spec))
+    # Whatever balances, the disruption budgets bound its migrations: they read their own properties.
+    balances = any("balance" in unit.kinds for unit in units)
+    budgets = BUDGET_PROPERTIES if balances else {}
     found: list[str] = []
     for name, value in sorted(properties.items()):
+        if name in budgets:
+            if not budgets[name].matches(value):
+                found.append(_property_problem_of(BUDGETS, name, budgets[name], value))
+            continue
         readers = declared.get(name)
         if readers is None:
-            found.append(f"property {name!r} is not read by any unit of the policy{_suggest(name, declared)}")
+            known = {**declared, **budgets}
+            found.append(f"property {name!r} is not read by any unit of the policy{_suggest(name, known)}")
             continue
         for unit, spec in readers:
             if not spec.matches(value):

@@ -5,7 +5,9 @@ balancer service runs (`balance_pass`, on the VMs not in flight nor resting), wh
 a target by `place` with the migration request the service sends the selector. The VM is then in
 flight (pending on its target, not picked again) until it moves `migration_delay_s` later, and
 rests for `migration_cooldown_s` from the decision, as the service's cool-down does. The pass's
-power advice is carried out (`PowerActions`).
+power advice is carried out (`PowerActions`). Every pass obeys the policy's disruption budgets
+(vmsched.scheduling.budgets) over a ledger of the run's balancing migrations, as the service does
+over Redis; a pass that starts nothing is counted by why (`Counts.idle`).
 
 A host going into maintenance is drained by one plan, as the balancer service drains it
 (scheduling.maintenance): every VM's target at once, affinity-aware, all or nothing, in steps of at
@@ -20,6 +22,7 @@ import uuid
 
 from vmsched.contracts import PendingEntry, PlannedMigration, ScheduleRequest
 from vmsched.scheduling.balancing import balance_pass, migration_request, movable_vms
+from vmsched.scheduling.budgets import Budget, MoveRecord
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.maintenance import plan_maintenance, vms_to_drain
 from vmsched.scheduling.placement import Placed
@@ -37,6 +40,12 @@ class Migrations(PowerActions):
             del self._rest_until[vm_id]
         return set(self._rest_until)
 
+    def budget(self) -> Budget:
+        """The disruption budgets now: the ledger of recent migrations, the balancing ones in flight."""
+        self._ledger.prune(self.clock)
+        flying = sum(1 for f in self._in_flight.values() if not f.drain)
+        return Budget(self._budget, self._ledger, self.clock, flying)
+
     async def _balance(self) -> None:
         """One balancing pass, as the balancer service runs it for one cluster."""
         unit = self._unit
@@ -45,12 +54,14 @@ class Migrations(PowerActions):
         for attempt in range(self.workload.migrations_per_cycle):
             table = self.decision_table()
             movable = movable_vms(self.vm_reports(), set(self._in_flight), self.resting())
-            pick = balance_pass(unit, self._props, table, movable)
+            pick = balance_pass(unit, self._props, table, movable, self.budget())
             if attempt == 0:
                 self.counts.power_advice += len(pick.power)
                 for change in pick.power:
                     self._power(change)
             if pick.migration is None or pick.vm is None:
+                if attempt == 0:
+                    self.counts.idle[pick.idle_kind.value] += 1
                 return
             source = pick.migration.source_host
             self._requests += 1
@@ -149,9 +160,11 @@ class Migrations(PowerActions):
             left = self._left.get(vm.vm_id, {})
             if target in left:
                 self.counts.returns += 1
-                if self.clock - left[target] < self.workload.migration_cooldown_s:
+                cooldown = max(self.workload.migration_cooldown_s, self._budget.return_cooldown_s)
+                if self.clock - left[target] < cooldown:
                     self.counts.ping_pongs += 1
             self._rest_until[vm.vm_id] = self.clock + self.workload.migration_cooldown_s
+            self._ledger.record(MoveRecord(self.clock, vm.vm_id, source, target))
             self.counts.migrations_started += 1
         self._in_flight[vm.vm_id] = Flight(
             drain=drain,

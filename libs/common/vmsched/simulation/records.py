@@ -52,6 +52,8 @@ class Counts:
     ping_pongs: int = 0
     #: Migrations back to a host the VM had left, at any time.
     returns: int = 0
+    #: Balancing passes that started no migration, by why (vmsched.scheduling.units.base.IdleKind).
+    idle: Counter[str] = field(default_factory=Counter)
     #: Power saving's advice (power a host on or off), and what of it was carried out.
     power_advice: int = 0
     power_offs: int = 0

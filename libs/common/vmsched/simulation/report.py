@@ -244,6 +244,8 @@ class PolicyReport:
     #: The policy's properties as simulated (the workload's defaults and overrides applied).
     properties: dict[str, str] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
+    #: Balancing passes that started no migration, by why (no imbalance, not held, gain, budget).
+    idle: dict[str, int] = field(default_factory=dict)
 
     def as_json(self, *, with_samples: bool = True) -> dict[str, Any]:
         data = asdict(self)
@@ -346,6 +348,7 @@ def policy_report(
         migrations_aborted=counts.migrations_aborted,
         ping_pongs=counts.ping_pongs,
         returns=counts.returns,
+        idle=dict(sorted(counts.idle.items())),
         power_advice=counts.power_advice,
         power_offs=counts.power_offs,
         power_ons=counts.power_ons,
@@ -407,6 +410,13 @@ ROWS: tuple[tuple[str, Callable[[PolicyReport], str]], ...] = (
     ("migrations (no target, dropped)", lambda r: f"{r.migrations} ({r.migrations_unplaced}, {r.migrations_aborted})"),
     ("migrations / host / hour", lambda r: f"{r.migrations_per_host_hour:.4f}"),
     ("ping-pong in cool-down (returns)", lambda r: f"{r.ping_pongs} ({r.returns})"),
+    (
+        "idle passes: none/not held/gain/budget",
+        lambda r: "/".join(
+            str(r.idle.get(k, 0))
+            for k in ("no imbalance", "imbalance not held long enough", "gain below margin", "budget exhausted")
+        ),
+    ),
     ("power advice (offs, ons taken)", lambda r: f"{r.power_advice} ({r.power_offs}, {r.power_ons})"),
     ("maintenance drains (no target)", lambda r: f"{r.drain_migrations} ({r.drain_unplaced})"),
     ("HA VMs on one host, most (end)", lambda r: f"{r.ha_per_host_max_final}"),

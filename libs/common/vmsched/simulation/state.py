@@ -27,6 +27,7 @@ from vmsched.contracts import (
     VmStatus,
 )
 from vmsched.scheduling.balancing import balance_unit_of
+from vmsched.scheduling.budgets import BudgetLimits, MigrationLedger
 from vmsched.scheduling.cost import vm_cost
 from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
@@ -124,6 +125,9 @@ class ClusterState:
         self._rest_until: dict[str, float] = {}
         #: VM -> (host, simulated second of the decision that moved it off) for each host it left.
         self._left: dict[str, dict[str, float]] = {}
+        #: The disruption budgets the balancer obeys (vmsched.scheduling.budgets), and its record.
+        self._budget = BudgetLimits.from_props(policy.properties, len(self._base))
+        self._ledger = MigrationLedger(self._budget.return_cooldown_s)
         #: Wall seconds spent in the sampler (the report's own work, not the simulation's).
         self.sampling_s = 0.0
 

@@ -83,6 +83,23 @@ def _packing_why(r: PolicyReport) -> str:
 
 def _power_saving(r: PolicyReport) -> list[Verdict]:
     return [
+        # Its churn, cut by the disruption budgets every balance unit obeys.
+        Verdict(
+            r.policy,
+            "migrations per host per hour",
+            r.migrations_per_host_hour,
+            0.25,
+            r.migrations_per_host_hour <= 0.25,
+            f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
+        ),
+        Verdict(
+            r.policy,
+            "VMs migrated back within their cool-down",
+            float(r.ping_pongs),
+            0.0,
+            r.ping_pongs == 0,
+            f"{r.returns} returns at any time",
+        ),
         Verdict(
             r.policy,
             "hosts used / first-fit-decreasing hosts",
@@ -92,7 +109,7 @@ def _power_saving(r: PolicyReport) -> list[Verdict]:
             f"mean over samples with VMs (ratio of means {r.packing_ratio_of_means:.2f}); CPUs of the hosts used"
             f" / of FFD's {r.cpu_capacity_ratio_mean:.2f}",
             _packing_why(r),
-        )
+        ),
     ]
 
 
@@ -195,6 +212,14 @@ def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
     ]
 
 
+def _even_spread(r: PolicyReport) -> list[Verdict]:
+    """evenly_distributed's targets, held to the disruption budgets' 0.25 migrations per host per hour."""
+    found = _evenly_distributed(r)
+    churn = found[1]
+    found[1] = Verdict(churn.policy, churn.target, churn.value, 0.25, churn.value <= 0.25, churn.how)
+    return found
+
+
 def _vm_evenly_distributed(r: PolicyReport) -> list[Verdict]:
     # The VM-count spread (most VMs on a host - fewest) at the end, held to the rule's own
     # tolerance (fewer than MigrationThreshold apart) whether or not a host is over HighVmCount:
@@ -253,6 +278,8 @@ def verdicts(reports: Sequence[PolicyReport]) -> list[Verdict]:
             out += _power_saving(r)
         elif r.policy == "evenly_distributed":
             out += _evenly_distributed(r)
+        elif r.policy == "even_spread":
+            out += _even_spread(r)
         elif r.policy == "vm_evenly_distributed":
             out += _vm_evenly_distributed(r)
         elif r.policy == "tight_packing":

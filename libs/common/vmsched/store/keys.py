@@ -23,6 +23,7 @@ from vmsched.constants import (
     KEY_LEASE,
     KEY_LOCK,
     KEY_MAINTENANCE,
+    KEY_MIGRATION_BUDGET,
     KEY_PENDING,
     KEY_PENDING_VERSION,
     KEY_RESYNC,
@@ -126,6 +127,10 @@ class Keys:
     def cooldown(self, cluster: str, vm_id: str) -> str:
         return self._key(KEY_COOLDOWN, cluster, vm_id)
 
+    def migration_budget(self, cluster: str) -> str:
+        """The balancing migrations of the disruption budgets' window (vmsched.store.budgets)."""
+        return self._key(KEY_MIGRATION_BUDGET, cluster)
+
     def tried(self, cluster: str, vm_id: str) -> str:
         return self._key(KEY_TRIED, cluster, vm_id)
 
@@ -161,6 +166,7 @@ class Keys:
             self.resync(cluster),
             self.ha_state(cluster),
             self.maintenance(cluster),
+            self.migration_budget(cluster),
             self.decision_history(cluster),
             *(self.lease(role, cluster) for role in LEASE_ROLES),
         ]

@@ -51,6 +51,7 @@ from vmsched.constants import (
     KEY_LEASE,
     KEY_LOCK,
     KEY_MAINTENANCE,
+    KEY_MIGRATION_BUDGET,
     KEY_PENDING,
     KEY_PENDING_VERSION,
     KEY_RESYNC,
@@ -96,6 +97,7 @@ COOLDOWN = f"{KEY_COOLDOWN}:{_CLUSTER}"
 TRIED = f"{KEY_TRIED}:{_CLUSTER}"
 HA_STATE = f"{KEY_HA_STATE}:{_CLUSTER}"
 MAINTENANCE = f"{KEY_MAINTENANCE}:{_CLUSTER}"
+MIGRATION_BUDGET = f"{KEY_MIGRATION_BUDGET}:{_CLUSTER}"
 UNITS_INDEX = f"{KEY_UNITS_INDEX}:{UNITS_TAG}"
 ALL_UNITS = f"{KEY_UNITS}:{UNITS_TAG}:*"
 
@@ -175,14 +177,15 @@ ACCESS: Final[Mapping[str, Access]] = {
     "weigher": _service("weigher", [], _STATE_READ, _STATE_CACHE),
     # LeasedLoop: the clusters set, its leases, the generation markers (read); ClusterReader: pending
     # (expired records dropped on the way), the state; failed hosts (read) and cool-downs; the
-    # maintenance plans it carries out (MaintenancePlans: HGETALL, HSET, HDEL).
+    # maintenance plans it carries out (MaintenancePlans: HGETALL, HSET, HDEL); the disruption
+    # budgets' record of its migrations (MigrationBudget).
     "balancer": _service(
         "balancer",
-        [_lease(LEASE_BALANCER), PENDING, PENDING_VERSION, COOLDOWN, MAINTENANCE],
+        [_lease(LEASE_BALANCER), PENDING, PENDING_VERSION, COOLDOWN, MAINTENANCE, MIGRATION_BUDGET],
         [CLUSTERS, GENERATION, RESYNC, *_STATE_READ, STATE_VMS, TRIED],
         _GENERATION,
         _STATE_CACHE,
-        ("smembers", "mget", "hget", "hdel", "incr", "hset"),
+        ("smembers", "mget", "hget", "hdel", "incr", "hset", "zrangebyscore"),
     ),
     # LeasedLoop as the balancer's; pending then the state snapshot; its remembered failing hosts.
     "ha-monitor": _service(

@@ -224,10 +224,22 @@ class PowerChange:
     reason: str
 
 
+class IdleKind(StrEnum):
+    """Why a balancing pass moved nothing (the balancer logs it, the simulator counts it)."""
+
+    NO_IMBALANCE = "no imbalance"
+    NOT_HELD = "imbalance not held long enough"
+    GAIN_BELOW_MARGIN = "gain below margin"
+    BUDGET_EXHAUSTED = "budget exhausted"
+
+
 @dataclass(frozen=True)
 class BalanceOutcome:
     migration: Migration | None = None
     power: tuple[PowerChange, ...] = ()
+    #: Without a migration: why (a unit that says nothing found no imbalance it acts on).
+    idle_kind: IdleKind = IdleKind.NO_IMBALANCE
+    idle: str = ""
 
 
 FilterFn = Callable[[HostTable, VmSpec, Props], FilterVerdict]
@@ -294,6 +306,7 @@ __all__ = [
     "Direction",
     "FilterFn",
     "FilterVerdict",
+    "IdleKind",
     "PolicyUnit",
     "PropertySpec",
     "Props",

@@ -23,6 +23,7 @@ from vmsched.constants import UNIT_ENTRY_POINT_GROUP
 from vmsched.errors import UnknownPolicyUnit
 from vmsched.logging import get_logger
 from vmsched.scheduling.units.affinity import AFFINITY_UNITS
+from vmsched.scheduling.units.balance_spread import SPREAD_UNITS
 from vmsched.scheduling.units.base import PolicyUnit
 from vmsched.scheduling.units.filters import FILTER_UNITS
 from vmsched.scheduling.units.nova_filters import NOVA_FILTER_UNITS
@@ -47,6 +48,7 @@ log = get_logger("vmsched.units.registry")
 BUILTIN_UNITS: tuple[PolicyUnit, ...] = (
     *FILTER_UNITS,
     *WEIGHT_UNITS,
+    *SPREAD_UNITS,
     *AFFINITY_UNITS,
     *NOVA_FILTER_UNITS,
     *NOVA_WEIGHT_UNITS,
