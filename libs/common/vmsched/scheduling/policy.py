@@ -272,7 +272,13 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
                 # back after an hour (measured: 1.07x FFD at 0.14 migrations per host per hour on the
                 # generated day at 50 hosts, against 1.13x with the defaults); the cluster's budget (a
                 # quarter of its hosts an hour) bounds the churn as for every policy.
-                {**_THRESHOLDS, "LowUtilization": "20", "MigrationsPerHostPerHour": "12", "ConcurrentMigrations": "4", "ReturnCooldownMinutes": "60"},
+                {
+                    **_THRESHOLDS,
+                    "LowUtilization": "20",
+                    "MigrationsPerHostPerHour": "12",
+                    "ConcurrentMigrations": "4",
+                    "ReturnCooldownMinutes": "60",
+                },
             ),
             _builtin(
                 VM_EVENLY_DISTRIBUTED_ID,
