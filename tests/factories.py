@@ -56,6 +56,9 @@ if TYPE_CHECKING:
     from vmsched.store.keys import Keys
 
 CLUSTER = "c1"
+#: Disruption budgets no test of a balance unit's own behaviour runs into (the defaults allow a
+#: quarter of a cluster's hosts' migrations an hour: one on a two-host cluster).
+WIDE_BUDGETS = {"MigrationsPerHostPerHour": "100", "MigrationsPerClusterPerHour": "100", "ConcurrentMigrations": "10"}
 
 _REPORT_FIELDS = set(HostReport.model_fields)
 _STATE_FIELDS = set(HostState.model_fields) - {"report"}

@@ -10,7 +10,7 @@ import pytest
 
 from tests.e2e.cli import attach_policy
 from tests.e2e.conftest import ServiceStack
-from tests.factories import host_report, vm_report
+from tests.factories import WIDE_BUDGETS, host_report, vm_report
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, MigrationDecision
@@ -73,7 +73,7 @@ async def test_killing_the_lease_holder_hands_the_cluster_to_another_balancer(st
         update={"balance_interval_s": INTERVAL_S, "lease_ttl_s": 0.6, "migration_cooldown_s": 60.0}
     )
     cluster = f"takeover-{unique}"
-    await attach_policy(stack.settings, cluster, "vm_evenly_distributed")
+    await attach_policy(stack.settings, cluster, "vm_evenly_distributed", WIDE_BUDGETS)
     await stack.start("state-tracker", "filter-worker", "weigher", "selector", "balancer", "balancer")
     balancers = {p.pid: p for p in stack.procs if p.name == "balancer"}
 

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from tests.factories import first_generation, host_report, pending_entry, vm_report
+from tests.factories import WIDE_BUDGETS, first_generation, host_report, pending_entry, vm_report
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.bus import MemoryBus
@@ -41,7 +41,6 @@ pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 POLICY = "vm_evenly_distributed"
 #: Disruption budgets wide enough for the tests of what the unit does (the defaults allow a 3-host
 #: cluster one migration an hour: test_the_balancer_obeys_the_disruption_budgets).
-WIDE_BUDGETS = {"MigrationsPerHostPerHour": "100", "MigrationsPerClusterPerHour": "100", "ConcurrentMigrations": "10"}
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from tests.factories import WIDE_BUDGETS
 from vmsched.contracts import VmReport, VmStatus
 from vmsched.scheduling.balancing import balance_pass, migration_request, movable_vms
 from vmsched.scheduling.policy import BUILTIN_POLICIES
@@ -45,7 +46,6 @@ def crowded(*, departs: dict[str, float] | None = None, **kw: object) -> Workloa
 #: Disruption budgets wide enough that these tests see the units themselves (the budgets'
 #: defaults allow a 4-host cluster one migration an hour; tests/unit/test_balance_spread.py
 #: holds the simulator to them).
-WIDE_BUDGETS = {"MigrationsPerHostPerHour": "100", "MigrationsPerClusterPerHour": "100", "ConcurrentMigrations": "10"}
 
 
 def simulate(workload: Workload, policy: str) -> tuple[Simulation, list[Sample]]:
