@@ -58,6 +58,8 @@ async def test_bench_measures_every_path_and_writes_json(cli_settings: Settings,
         "OptimalForCpuPowerSaving",
         "OptimalForEvenGuestDistribution",
         "OptimalForHaReservation",
+        "EvenCpuSpread",
+        "OptimalForPacking",
     }
     assert all(u["ms"] > 0 and u["no_fit_ms"] > 0 for u in balance["units"].values())
     assert "decisions/s" in out
