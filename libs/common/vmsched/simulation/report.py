@@ -84,7 +84,7 @@ def sample_of(
     used = int(in_use.sum())
     bins = bins_of(table, snapshot.alive, vcpus_per_cpu, cpu_limit_pct)
     ffd_used, _ = ffd_bins(snapshot.demand, bins)
-    ffd_cpus = sum(load / cpu_limit_pct for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
+    ffd_cpus = sum((bins[ffd_used, 2] / cpu_limit_pct).tolist())
     cpus_used = float(table.effective_cpus[idx][in_use].sum())
     cpu, mem = utilisation(table, idx)
     return Sample(
