@@ -140,18 +140,20 @@ class ClusterState:
         CPU sample taken when the host's load last changed (so an overload lasts from then)."""
         vms = self._vms[host_id].values()
         base = self._base[host_id]
-        committed = sum(vm_cost(v).mem_mb for v in vms)
         load = min(100.0, sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id])
+        since = self._load_since.get(host_id)
+        samples = [(self.origin + since[0], since[1])] if since is not None else []
+        # The aggregates first, on the bare report: the memory they commit is the report's free
+        # memory (one pass over the VMs' costs, not two); then the report as the host sends it.
+        state = aggregate_host(base, vms, cpu_samples=samples)
         report = base.model_copy(
             update={
                 "status": self.host_status(host_id),
-                "mem_free_mb": max(0, base.physical_mem_mb - base.reserved_mem_mb - committed),
+                "mem_free_mb": max(0, base.physical_mem_mb - base.reserved_mem_mb - state.mem_committed_mb),
                 "cpu_usage_pct": round(load, 3),
             }
         )
-        since = self._load_since.get(host_id)
-        samples = [(self.origin + since[0], since[1])] if since is not None else []
-        return aggregate_host(report, vms, cpu_samples=samples)
+        return state.model_copy(update={"report": report})
 
     def host_states(self) -> list[HostState]:
         return [self.host_state(h) for h in self._base]
