@@ -18,7 +18,7 @@ from vmsched.contracts import ClusterReport
 from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import BUILTIN_POLICIES
-from vmsched.simulation.engine import host_report, simulate
+from vmsched.simulation.engine import Simulation, host_report, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.packing_bound import bins_of, ffd_bins, lower_bound
 from vmsched.simulation.report import Recorder, policy_report
@@ -155,3 +155,22 @@ PINNED: dict[str, object] = {
     "mem_overcommit_mean": 0.069,
     "mem_overcommit_max": 0.161,
 }
+
+
+def test_states_kept_through_load_changes_equal_states_made_again() -> None:
+    # The hour's load curve changes only the VMs' CPU load: those hosts' states are the last ones
+    # with the new load, which must be what making them again from their VMs gives.
+    workload = generate(GeneratorSpec(hosts=12, vms=150, hours=8, seed=2))
+    assert workload.load_curve
+    checked: list[int] = []
+
+    def check(_: object) -> None:
+        sim.current_table()
+        for h in workload.host_ids():
+            assert sim._states[h] == sim.host_state(h), h
+        checked.append(1)
+
+    for name in ("none", "power_saving"):
+        sim = Simulation(workload, BUILTIN_POLICIES[name], check)
+        asyncio.run(sim.run())
+    assert len(checked) > 10

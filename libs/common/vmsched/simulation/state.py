@@ -108,6 +108,9 @@ class ClusterState:
         self._overload: dict[str, float] = {}
         self._demand: Counter[tuple[float, float, float]] = Counter()
         self._dirty: set[str] = set()
+        #: Of the hosts changed since the last table, those whose VMs' CPU load is all that changed
+        #: (the hour's load curve): their state is the last one with the new load.
+        self._load_only: set[str] = set()
         self._states = {h: self.host_state(h) for h in self._base}
         self.table = HostTable.from_states(self._states.values(), self.settings)
         self._groups = self._affinity_groups()
@@ -167,11 +170,24 @@ class ClusterState:
     def current_table(self) -> HostTable:
         """The table with every change so far applied."""
         if self._dirty:
-            changed = {h: self.host_state(h) for h in sorted(self._dirty)}
+            load_only = self._load_only
+            changed = {h: self._reloaded(h) if h in load_only else self.host_state(h) for h in sorted(self._dirty)}
             self._states.update(changed)
             self.table = self.table.updated(changed)
             self._dirty.clear()
+            load_only.clear()
         return self.table
+
+    def _reloaded(self, host_id: str) -> HostState:
+        """`host_state` of a host whose VMs' CPU load is all that changed since its last state: that
+        state with the new load and CPU sample (its aggregates, status and memory are the same)."""
+        old = self._states[host_id]
+        vms = self._vms[host_id].values()
+        load = min(100.0, sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id])
+        since = self._load_since.get(host_id)
+        samples = [(self.origin + since[0], since[1])] if since is not None else []
+        report = old.report.model_copy(update={"cpu_usage_pct": round(load, 3)})
+        return old.model_copy(update={"report": report, "cpu_samples": samples})
 
     def _load_factor(self, clock: float) -> float:
         curve = self.workload.load_curve
@@ -183,8 +199,14 @@ class ClusterState:
     def _load_of(self, vm_id: str) -> float:
         return round(min(100.0, self._base_load[vm_id] * self._factor), 3)
 
-    def _changed(self, host_id: str, *, load: bool = False) -> None:
-        if load:
+    def _changed(self, host_id: str, *, load: bool = False, load_only: bool = False) -> None:
+        """Mark `host_id` changed (its state is made again for the next table); with `load`, its
+        VMs' CPU load changed; with `load_only`, nothing else did (its VMs stay, with new loads)."""
+        if load_only and host_id not in self._dirty:
+            self._load_only.add(host_id)
+        elif not load_only:
+            self._load_only.discard(host_id)
+        if load or load_only:
             vms = self._vms[host_id].values()
             wanted = sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id]
             if wanted > 100.0:
@@ -286,13 +308,14 @@ class ClusterState:
             if not vms:
                 continue
             for vm_id, report in vms.items():
-                self._demand[_size(report)] -= 1
-                if not self._demand[_size(report)]:
-                    del self._demand[_size(report)]
+                size = _size(report)
+                self._demand[size] -= 1
+                if not self._demand[size]:
+                    del self._demand[size]
                 scaled = report.model_copy(update={"cpu_usage_pct": self._load_of(vm_id)})
                 vms[vm_id] = scaled
                 self._demand[_size(scaled)] += 1
-            self._changed(host, load=True)
+            self._changed(host, load_only=True)
 
 
 def _size(vm: VmReport) -> tuple[float, float, float]:
