@@ -76,7 +76,8 @@ def test_ffd_over_the_bins_it_reaches_equals_ffd_over_all(
     assert used.tolist() == ref_used.tolist()
     assert overflow == ref_overflow
     as_array = ffd_bins(items, np.array(caps, dtype=np.float64).reshape(len(caps), 3))
-    assert as_array[0].tolist() == ref_used.tolist() and as_array[1] == ref_overflow
+    assert as_array[0].tolist() == ref_used.tolist()
+    assert as_array[1] == ref_overflow
     assert lower_bound(items, np.array(caps, dtype=np.float64).reshape(len(caps), 3)) == lower_bound(items, caps)
 
 

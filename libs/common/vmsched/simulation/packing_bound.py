@@ -75,7 +75,8 @@ def _room(free: npt.NDArray[np.float64], need: npt.NDArray[np.float64], count: i
     """How many items of size `need` each bin has room for, at most `count`."""
     with np.errstate(divide="ignore", invalid="ignore"):
         per_dim = np.where(need > 0, np.floor(free / np.where(need > 0, need, 1.0)), np.inf)
-    return np.minimum(per_dim.min(axis=1), float(count))
+    room: npt.NDArray[np.float64] = np.minimum(per_dim.min(axis=1), float(count))
+    return room
 
 
 def _array(capacities: Sequence[Sequence[float]] | npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
