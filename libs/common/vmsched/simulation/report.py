@@ -100,7 +100,7 @@ def sample_of(
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
         cpu_mean_in_use=float(cpu[in_use].mean()) if used else 0.0,
         mem_mean_in_use=float(mem[in_use].mean()) if used else 0.0,
-        hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
+        hosts_on=len(snapshot.alive) - len(snapshot.off.intersection(snapshot.alive)),
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,
