@@ -84,7 +84,7 @@ def sample_of(
     used = int(in_use.sum())
     bins = bins_of(table, snapshot.alive, vcpus_per_cpu, cpu_limit_pct)
     ffd_used, _ = ffd_bins(snapshot.demand, bins)
-    ffd_cpus = sum(load / cpu_limit_pct for (_, _, load), u in zip(bins, ffd_used.tolist(), strict=True) if u)
+    ffd_cpus = sum((bins[ffd_used, 2] / cpu_limit_pct).tolist())
     cpus_used = float(table.effective_cpus[idx][in_use].sum())
     cpu, mem = utilisation(table, idx)
     return Sample(
@@ -100,7 +100,7 @@ def sample_of(
         ha_per_host_max=int(table.ha_vm_count.max()) if len(table) else 0,
         cpu_mean_in_use=float(cpu[in_use].mean()) if used else 0.0,
         mem_mean_in_use=float(mem[in_use].mean()) if used else 0.0,
-        hosts_on=sum(1 for h in snapshot.alive if h not in snapshot.off),
+        hosts_on=len(snapshot.alive) - len(snapshot.off.intersection(snapshot.alive)),
         vm_count_max=int(table.vm_count[idx].max()) if len(idx) else 0,
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,

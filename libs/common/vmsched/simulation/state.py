@@ -109,6 +109,9 @@ class ClusterState:
         self._overload: dict[str, float] = {}
         self._demand: Counter[tuple[float, float, float]] = Counter()
         self._dirty: set[str] = set()
+        #: Of the hosts changed since the last table, those whose VMs' CPU load is all that changed
+        #: (the hour's load curve): their state is the last one with the new load.
+        self._load_only: set[str] = set()
         self._states = {h: self.host_state(h) for h in self._base}
         self.table = HostTable.from_states(self._states.values(), self.settings)
         self._groups = self._affinity_groups()
@@ -144,18 +147,20 @@ class ClusterState:
         CPU sample taken when the host's load last changed (so an overload lasts from then)."""
         vms = self._vms[host_id].values()
         base = self._base[host_id]
-        committed = sum(vm_cost(v).mem_mb for v in vms)
         load = min(100.0, sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id])
+        since = self._load_since.get(host_id)
+        samples = [(self.origin + since[0], since[1])] if since is not None else []
+        # The aggregates first, on the bare report: the memory they commit is the report's free
+        # memory (one pass over the VMs' costs, not two); then the report as the host sends it.
+        state = aggregate_host(base, vms, cpu_samples=samples)
         report = base.model_copy(
             update={
                 "status": self.host_status(host_id),
-                "mem_free_mb": max(0, base.physical_mem_mb - base.reserved_mem_mb - committed),
+                "mem_free_mb": max(0, base.physical_mem_mb - base.reserved_mem_mb - state.mem_committed_mb),
                 "cpu_usage_pct": round(load, 3),
             }
         )
-        since = self._load_since.get(host_id)
-        samples = [(self.origin + since[0], since[1])] if since is not None else []
-        return aggregate_host(report, vms, cpu_samples=samples)
+        return state.model_copy(update={"report": report})
 
     def host_states(self) -> list[HostState]:
         return [self.host_state(h) for h in self._base]
@@ -169,11 +174,24 @@ class ClusterState:
     def current_table(self) -> HostTable:
         """The table with every change so far applied."""
         if self._dirty:
-            changed = {h: self.host_state(h) for h in sorted(self._dirty)}
+            load_only = self._load_only
+            changed = {h: self._reloaded(h) if h in load_only else self.host_state(h) for h in sorted(self._dirty)}
             self._states.update(changed)
             self.table = self.table.updated(changed)
             self._dirty.clear()
+            load_only.clear()
         return self.table
+
+    def _reloaded(self, host_id: str) -> HostState:
+        """`host_state` of a host whose VMs' CPU load is all that changed since its last state: that
+        state with the new load and CPU sample (its aggregates, status and memory are the same)."""
+        old = self._states[host_id]
+        vms = self._vms[host_id].values()
+        load = min(100.0, sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id])
+        since = self._load_since.get(host_id)
+        samples = [(self.origin + since[0], since[1])] if since is not None else []
+        report = old.report.model_copy(update={"cpu_usage_pct": round(load, 3)})
+        return old.model_copy(update={"report": report, "cpu_samples": samples})
 
     def _load_factor(self, clock: float) -> float:
         curve = self.workload.load_curve
@@ -185,8 +203,14 @@ class ClusterState:
     def _load_of(self, vm_id: str) -> float:
         return round(min(100.0, self._base_load[vm_id] * self._factor), 3)
 
-    def _changed(self, host_id: str, *, load: bool = False) -> None:
-        if load:
+    def _changed(self, host_id: str, *, load: bool = False, load_only: bool = False) -> None:
+        """Mark `host_id` changed (its state is made again for the next table); with `load`, its
+        VMs' CPU load changed; with `load_only`, nothing else did (its VMs stay, with new loads)."""
+        if load_only and host_id not in self._dirty:
+            self._load_only.add(host_id)
+        elif not load_only:
+            self._load_only.discard(host_id)
+        if load or load_only:
             vms = self._vms[host_id].values()
             wanted = sum(v.cpu_usage_pct * v.vcpus for v in vms) / self._cpus[host_id]
             if wanted > 100.0:
@@ -288,13 +312,14 @@ class ClusterState:
             if not vms:
                 continue
             for vm_id, report in vms.items():
-                self._demand[_size(report)] -= 1
-                if not self._demand[_size(report)]:
-                    del self._demand[_size(report)]
+                size = _size(report)
+                self._demand[size] -= 1
+                if not self._demand[size]:
+                    del self._demand[size]
                 scaled = report.model_copy(update={"cpu_usage_pct": self._load_of(vm_id)})
                 vms[vm_id] = scaled
                 self._demand[_size(scaled)] += 1
-            self._changed(host, load=True)
+            self._changed(host, load_only=True)
 
 
 def _size(vm: VmReport) -> tuple[float, float, float]:

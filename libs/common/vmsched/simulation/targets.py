@@ -254,8 +254,8 @@ def _vm_evenly_distributed(r: PolicyReport) -> list[Verdict]:
 
 
 def _speed(r: PolicyReport) -> Verdict:
-    engine_s = r.wall_s - r.sampling_s
-    per_event = engine_s / r.vm_events if r.vm_events else 0.0
+    # The whole run, the report's sampling with it: a day is simulated to read its figures.
+    per_event = r.wall_s / r.vm_events if r.vm_events else 0.0
     projected = per_event * SPEED_EVENTS
     return Verdict(
         r.policy,
@@ -263,7 +263,7 @@ def _speed(r: PolicyReport) -> Verdict:
         round(projected, 2),
         SPEED_LIMIT_S,
         projected <= SPEED_LIMIT_S,
-        f"{r.vm_events:,} events in {engine_s:.1f} s without the report's sampling",
+        f"{r.vm_events:,} events in {r.wall_s:.1f} s, {r.sampling_s:.1f} s of it the report's sampling",
         f"{1000.0 * per_event:.2f} ms per VM event; {r.balance_passes} balancing passes and {r.migrations}"
         f" migrations ran in that time too",
     )

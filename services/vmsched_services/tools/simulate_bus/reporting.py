@@ -92,8 +92,8 @@ class BusSimulation(RecordingSimulation):
         self.call_s: list[float] = []
 
     # ------------------------------------------------------------------ the engine's hooks
-    def _changed(self, host_id: str, *, load: bool = False) -> None:
-        super()._changed(host_id, load=load)
+    def _changed(self, host_id: str, *, load: bool = False, load_only: bool = False) -> None:
+        super()._changed(host_id, load=load, load_only=load_only)
         self._unreported.add(host_id)
 
     async def prepare(self) -> None:
