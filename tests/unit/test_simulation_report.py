@@ -21,7 +21,7 @@ from vmsched.simulation.power import default_watts, host_watts
 from vmsched.simulation.report import Operator, PolicyReport, Recorder, Sample, policy_report, render_table
 from vmsched.simulation.scenarios import Scenario, expectations, load_scenario, render_expectations, scenario
 from vmsched.simulation.targets import verdicts
-from vmsched.simulation.workload import HostSpec, Workload, parse_workload
+from vmsched.simulation.workload import HostSpec, MaintenanceWindow, Workload, parse_workload
 from vmsched_services.tools import cli
 from vmsched_services.tools.simulate import operator_of, policies_of, run_all
 
@@ -214,7 +214,7 @@ def test_plots_draw_steps_mark_events_fit_the_legend_and_list_targets(tmp_path: 
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 (optional dependency)
 
     w = load_scenario("ha-reservation")
-    w = w.model_copy(update={"maintenance": [{"host_id": "h2", "start_s": 4000.0, "end_s": 5000.0}]})
+    w = w.model_copy(update={"maintenance": [MaintenanceWindow(host_id="h2", start_s=4000.0, end_s=5000.0)]})
     w = Workload.model_validate(w.model_dump())
     reports = [dataclasses.replace(run(w), policy=name) for name in ("none", "power_saving", "evenly_dist", "four")]
     marks = marks_of(w, reports)
