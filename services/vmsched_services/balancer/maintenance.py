@@ -34,7 +34,7 @@ from vmsched.contracts import (
 )
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
-from vmsched.scheduling.balancing import migration_request
+from vmsched.scheduling.balancing import migration_decision, migration_request
 from vmsched.scheduling.maintenance import plan_maintenance, vms_to_drain
 from vmsched.scheduling.policy import Policy
 from vmsched.store.cluster_reads import ClusterReader, ClusterView
@@ -168,18 +168,13 @@ class Drains:
                 )
                 await self.plans.forget(cluster, plan.host_id)
                 return published
-            migration = MigrationDecision(
-                decision_id=uuid.uuid4(),
-                cluster_id=cluster,
-                vm_id=vm.vm_id,
-                source_host=plan.host_id,
-                target_host=decision.host_id,
-                alternates=decision.alternates,
+            migration = migration_decision(
+                decision,
+                plan.host_id,
+                decision.host_id,
                 balance_unit=MAINTENANCE_UNIT,
                 reason=where_step,
                 policy=policy.name,
-                request_id=decision.request_id,
-                decided_at=datetime.now(UTC),
             )
             await self.rt.bus.publish(c.migration_key(cluster), migration)
             published.append(migration)

@@ -39,7 +39,13 @@ from vmsched.logging import get_logger
 from vmsched.metrics import BALANCE_MIGRATIONS, BALANCE_PASSES, BALANCE_POWER_ACTIONS
 from vmsched.policy_cache import PolicyCache
 from vmsched.runtime import Runtime
-from vmsched.scheduling.balancing import balance_pass, migration_candidates, migration_request, movable_vms
+from vmsched.scheduling.balancing import (
+    balance_pass,
+    migration_candidates,
+    migration_decision,
+    migration_request,
+    movable_vms,
+)
 from vmsched.scheduling.budgets import Budget, BudgetLimits, MoveRecord
 from vmsched.scheduling.units import get_unit, validate_properties
 from vmsched.scheduling.units.base import Migration, PowerChange
@@ -154,18 +160,8 @@ class Balancer:
             summary = decision.explanation.summary
             log.info("no migration target", cluster=cluster, vm=vm.vm_id, reason=pick.reason, summary=summary)
             return None
-        migration = MigrationDecision(
-            decision_id=uuid.uuid4(),
-            cluster_id=cluster,
-            vm_id=vm.vm_id,
-            source_host=pick.source_host,
-            target_host=decision.host_id,
-            alternates=decision.alternates,
-            balance_unit=unit,
-            reason=pick.reason,
-            policy=policy,
-            request_id=decision.request_id,
-            decided_at=datetime.now(UTC),
+        migration = migration_decision(
+            decision, pick.source_host, decision.host_id, balance_unit=unit, reason=pick.reason, policy=policy
         )
         await self.cooldowns.start(cluster, vm.vm_id, migration.decision_id.hex)
         await self.rt.bus.publish(c.migration_key(cluster), migration)

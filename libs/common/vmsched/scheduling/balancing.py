@@ -10,8 +10,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from vmsched.contracts import RequestKind, ScheduleRequest, VmReport, VmSpec, VmStatus
+from vmsched.contracts import (
+    MigrationDecision,
+    RequestKind,
+    ScheduleDecision,
+    ScheduleRequest,
+    VmReport,
+    VmSpec,
+    VmStatus,
+)
 from vmsched.scheduling.budgets import Budget
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import Policy
@@ -152,6 +161,26 @@ def migration_request(
     )
 
 
+def migration_decision(
+    decision: ScheduleDecision, source: str, target: str, *, balance_unit: str, reason: str, policy: str
+) -> MigrationDecision:
+    """What the balancer publishes once the selector placed a migration request (`decision`, placed
+    on `target`) of a VM off `source`: the balance unit's pick, or a maintenance plan's step."""
+    return MigrationDecision(
+        decision_id=uuid.uuid4(),
+        cluster_id=decision.cluster_id,
+        vm_id=decision.vm_id,
+        source_host=source,
+        target_host=target,
+        alternates=decision.alternates,
+        balance_unit=balance_unit,
+        reason=reason,
+        policy=policy,
+        request_id=decision.request_id,
+        decided_at=datetime.now(UTC),
+    )
+
+
 __all__ = [
     "BUDGET_RETRIES",
     "BalancePick",
@@ -159,6 +188,7 @@ __all__ = [
     "balance_pass",
     "balance_unit_of",
     "migration_candidates",
+    "migration_decision",
     "migration_request",
     "movable_vms",
 ]

@@ -281,6 +281,17 @@ EVEN_MEMORY = PolicyUnit(
     summary="free memory",
     weight=even_memory_weight,
 )
+#: What power saving's balance reads besides HighUtilization (the units that balance as it does
+#: declare these too: OptimalForCpuPowerSaving, OptimalForPacking).
+POWER_SAVING_PROPERTIES: Final = {
+    "HighUtilization": HIGH_UTILIZATION,
+    "LowUtilization": LOW_UTILIZATION,
+    "CpuOverCommitDurationMinutes": CPU_OVERCOMMIT_DURATION,
+    "MaxFreeMemoryForOverUtilized": MAX_FREE_MEMORY_FOR_OVER_UTILIZED,
+    "MinFreeMemoryForUnderUtilized": MIN_FREE_MEMORY_FOR_UNDER_UTILIZED,
+    HOSTS_IN_RESERVE_PROPERTY: HOSTS_IN_RESERVE,
+    POWER_MANAGEMENT_PROPERTY: ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
+}
 POWER_SAVING_CPU = PolicyUnit(
     name="OptimalForCpuPowerSaving",
     description="Prefers the busiest host that is not over HighUtilization, to pack VMs onto few hosts.",
@@ -288,15 +299,7 @@ POWER_SAVING_CPU = PolicyUnit(
     weight=power_saving_cpu_weight,
     balance=power_saving_balance,
     # All but HighUtilization are read by the power-saving balance only.
-    properties={
-        "HighUtilization": HIGH_UTILIZATION,
-        "LowUtilization": LOW_UTILIZATION,
-        "CpuOverCommitDurationMinutes": CPU_OVERCOMMIT_DURATION,
-        "MaxFreeMemoryForOverUtilized": MAX_FREE_MEMORY_FOR_OVER_UTILIZED,
-        "MinFreeMemoryForUnderUtilized": MIN_FREE_MEMORY_FOR_UNDER_UTILIZED,
-        HOSTS_IN_RESERVE_PROPERTY: HOSTS_IN_RESERVE,
-        POWER_MANAGEMENT_PROPERTY: ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
-    },
+    properties=POWER_SAVING_PROPERTIES,
 )
 EVEN_GUEST = PolicyUnit(
     name="OptimalForEvenGuestDistribution",

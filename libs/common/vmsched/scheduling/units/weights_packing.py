@@ -45,8 +45,6 @@ from vmsched.scheduling.units.balance_power import POWER_OFF, POWER_ON, power_sa
 from vmsched.scheduling.units.balance_search import Fit, MovableVms, find_migration
 from vmsched.scheduling.units.base import BalanceOutcome, Migration, PolicyUnit, PowerChange, Props, prop_bool, prop_int
 from vmsched.scheduling.units.helpers import (
-    CPU_OVERCOMMIT_DURATION,
-    HIGH_UTILIZATION,
     VCPU_CONSUMPTION_PCT,
     current_host_position,
     except_current_host,
@@ -55,11 +53,7 @@ from vmsched.scheduling.units.helpers import (
     vm_memory_need_mb,
 )
 from vmsched.scheduling.units.weights import (
-    ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
-    HOSTS_IN_RESERVE,
-    LOW_UTILIZATION,
-    MAX_FREE_MEMORY_FOR_OVER_UTILIZED,
-    MIN_FREE_MEMORY_FOR_UNDER_UTILIZED,
+    POWER_SAVING_PROPERTIES,
     WORST_WEIGHT,
     _cpu_loads,
 )
@@ -194,15 +188,7 @@ PACKING = PolicyUnit(
     weight=packing_weight,
     balance=packing_balance,
     # All but HighUtilization are read by the balance (power saving's, with power advice by size).
-    properties={
-        "HighUtilization": HIGH_UTILIZATION,
-        "LowUtilization": LOW_UTILIZATION,
-        "CpuOverCommitDurationMinutes": CPU_OVERCOMMIT_DURATION,
-        "MaxFreeMemoryForOverUtilized": MAX_FREE_MEMORY_FOR_OVER_UTILIZED,
-        "MinFreeMemoryForUnderUtilized": MIN_FREE_MEMORY_FOR_UNDER_UTILIZED,
-        HOSTS_IN_RESERVE_PROPERTY: HOSTS_IN_RESERVE,
-        POWER_MANAGEMENT_PROPERTY: ENABLE_AUTOMATIC_HOST_POWER_MANAGEMENT,
-    },
+    properties=POWER_SAVING_PROPERTIES,
     minimum=0.0,
     maximum=PACKING_MAXIMUM,
 )
