@@ -13,7 +13,15 @@ from tests.factories import host_report, vm_report
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, HostStatus, MaintenancePlan, Message, MigrationDecision
+from vmsched.contracts import (
+    AffinityGroup,
+    AffinityRule,
+    ClusterReport,
+    HostStatus,
+    MaintenancePlan,
+    Message,
+    MigrationDecision,
+)
 from vmsched.db import migrate
 from vmsched.settings import Settings
 
@@ -110,6 +118,44 @@ async def test_a_plan_that_cannot_place_every_vm_is_refused_whole(
         assert len(plan.refused) == 1
         assert plan.refused[0].vm_id.startswith("big")
         assert "Memory" in plan.refused[0].reason
+        await asyncio.sleep(4 * draining.balance_interval_s)
+        assert plans.empty()
+        assert moves.empty()
+
+
+async def test_a_drain_keeps_the_affinity_groups_the_engine_reports(
+    draining: Settings, buses: Buses, unique: str
+) -> None:
+    """x and y must share a host, p and q must not: the plan says so from the VMs' reports, and
+    every step is carried out (the first of x and y is not held to the host it is leaving)."""
+    cluster = f"mnt-aff-{unique}"
+    pair = AffinityGroup(group_id="pair", vms=["x", "y"], vm_rule=AffinityRule(positive=True, enforcing=True))
+    apart = AffinityGroup(group_id="apart", vms=["p", "q"], vm_rule=AffinityRule(positive=False, enforcing=True))
+    groups = {"x": [pair], "y": [pair], "p": [apart], "q": [apart]}
+    async with buses.client(draining) as client:
+        plans: asyncio.Queue[MaintenancePlan] = asyncio.Queue()
+        moves: asyncio.Queue[MigrationDecision] = asyncio.Queue()
+        await client.bus.subscribe([c.maintenance_key(cluster)], [MaintenancePlan], plans.put)
+        await client.bus.subscribe([c.migration_key(cluster)], [MigrationDecision], moves.put)
+        await cluster_with(client, cluster, {})
+        for vm_id, member_of in groups.items():
+            await client.report_vm(vm_report(cluster, vm_id, "m", mem_mb=1024, vcpus=1, affinity_groups=member_of))
+        await client.wait_for_state(cluster, hosts=3)
+        await client.report_host(host_report(cluster, "m", status=HostStatus.MAINTENANCE, **HOST))
+
+        plan = await asyncio.wait_for(plans.get(), 15.0)
+        assert not plan.refused
+        targets = {m.vm_id: m.target_host_id for s in plan.steps for m in s}
+        assert sorted(targets) == ["p", "q", "x", "y"]
+        assert targets["x"] == targets["y"]
+        assert targets["p"] != targets["q"]
+        for step in plan.steps:
+            got = [await asyncio.wait_for(moves.get(), 15.0) for _ in step]
+            assert {(m.vm_id, m.target_host) for m in got} == {(s.vm_id, s.target_host_id) for s in step}
+            for m in got:
+                await client.report_vm(
+                    vm_report(cluster, m.vm_id, m.target_host, mem_mb=1024, vcpus=1, affinity_groups=groups[m.vm_id])
+                )
         await asyncio.sleep(4 * draining.balance_interval_s)
         assert plans.empty()
         assert moves.empty()

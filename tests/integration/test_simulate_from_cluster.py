@@ -12,7 +12,7 @@ import pytest
 from tests import factories
 from tests.integration.conftest import services
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterAttachment, PolicySet, VmStatus
+from vmsched.contracts import AffinityGroup, AffinityRule, ClusterAttachment, PolicySet, VmStatus
 from vmsched.db import migrate
 from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
@@ -43,9 +43,18 @@ async def test_a_live_cluster_becomes_a_workload_with_its_hosts_vms_and_policy(s
             networks=["vmnet"],
             vary=lambda i: {"labels": {"rack": f"r{i}"}},
         )
+        rule = AffinityRule(positive=False, enforcing=True)
+        apart = AffinityGroup(group_id="apart", vms=["vm0", "vm1"], vm_rule=rule)
         for i in range(4):
             vm = factories.vm_report(
-                cluster, f"vm{i}", hosts[i % 2], mem_mb=4096, vcpus=2, cpu_usage_pct=25.0, ha=i == 0
+                cluster,
+                f"vm{i}",
+                hosts[i % 2],
+                mem_mb=4096,
+                vcpus=2,
+                cpu_usage_pct=25.0,
+                ha=i == 0,
+                affinity_groups=[apart] if i < 2 else [],
             )
             await client.report_vm(vm)
         await client.report_vm(factories.vm_report(cluster, "gone", hosts[0], VmStatus.DOWN, mem_mb=1024, vcpus=1))
@@ -65,6 +74,9 @@ async def test_a_live_cluster_becomes_a_workload_with_its_hosts_vms_and_policy(s
     assert sorted(a.vm_id for a in workload.arrivals) == ["vm0", "vm1", "vm2", "vm3"]  # not the VM that is down
     assert all((a.at_s, a.mem_mb, a.vcpus, a.cpu_usage_pct) == (0, 4096, 2, 25.0) for a in workload.arrivals)
     assert [a.ha for a in workload.arrivals if a.vm_id == "vm0"] == [True]
+    # The groups the VMs' reports carry come along.
+    assert [(g.id, g.positive, g.enforcing) for g in workload.affinity_groups] == [("apart", False, True)]
+    assert {a.vm_id: a.affinity_groups for a in workload.arrivals}["vm1"] == ["apart"]
     assert workload.duration_s == 7200
     [policy] = workload.policies
     assert (policy.name, policy.properties["HighUtilization"]) == (name, "70")

@@ -7,12 +7,14 @@ Hosts come from tests.factories (4 cores, 4096 MB, no reserve, idle); the host i
 from __future__ import annotations
 
 import asyncio
+import uuid
 from functools import partial
 
 import pytest
 
 from tests.factories import CLUSTER, host, table, vm_report
 from vmsched.contracts import AffinityGroup, AffinityRule, HostState, HostStatus, VmReport, VmStatus
+from vmsched.scheduling.balancing import migration_request
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.maintenance import MaintenancePlanning, plan_maintenance, vms_to_drain
 from vmsched.scheduling.policy import BUILTIN_POLICIES
@@ -80,9 +82,8 @@ def test_all_or_nothing_names_every_vm_that_fits_nowhere() -> None:
 
 def test_positive_group_moves_together_onto_one_host() -> None:
     g = group("g", ["x", "y", "z"], positive=True)
-    vms = [vmr(v, "m", mem_mb=512) for v in ("x", "y", "z")] + [vmr("w", "m", mem_mb=256)]
-    groups = {v: [g] for v in ("x", "y", "z")}
-    p = plan(cluster(host("a"), host("b"), host("c"), on_m=vms), vms, groups=groups)
+    vms = [vmr(v, "m", mem_mb=512, affinity_groups=[g]) for v in ("x", "y", "z")] + [vmr("w", "m", mem_mb=256)]
+    p = plan(cluster(host("a"), host("b"), host("c"), on_m=vms), vms)
     assert p.planned
     where = {m.vm_id: m.target_host_id for m in p.migrations}
     assert where["x"] == where["y"] == where["z"]
@@ -94,24 +95,24 @@ def test_positive_group_moves_together_onto_one_host() -> None:
 
 def test_positive_group_joins_a_member_on_another_host() -> None:
     g = group("g", ["x", "y"], positive=True)
-    vms = [vmr("x", "m", mem_mb=512)]
+    vms = [vmr("x", "m", mem_mb=512, affinity_groups=[g])]
     others = [host("a"), host("b", vm_ids=["y"], vm_count=1, mem_committed_mb=576, vcpus_committed=1), host("c")]
-    p = plan(cluster(*others, on_m=vms), vms, groups={"x": [g]})
+    p = plan(cluster(*others, on_m=vms), vms)
     assert [(m.vm_id, m.target_host_id) for m in p.migrations] == [("x", "b")]
 
 
 def test_negative_group_kept_apart() -> None:
     g = group("g", ["p", "q", "r"], positive=False)
-    vms = [vmr(v, "m", mem_mb=256) for v in ("p", "q", "r")]
-    p = plan(cluster(host("a"), host("b"), host("c"), on_m=vms), vms, groups={v: [g] for v in ("p", "q", "r")})
+    vms = [vmr(v, "m", mem_mb=256, affinity_groups=[g]) for v in ("p", "q", "r")]
+    p = plan(cluster(host("a"), host("b"), host("c"), on_m=vms), vms)
     assert p.planned
     assert sorted(m.target_host_id for m in p.migrations) == ["a", "b", "c"]
 
 
 def test_negative_group_refused_when_too_few_hosts() -> None:
     g = group("g", ["p", "q", "r"], positive=False)
-    vms = [vmr(v, "m", mem_mb=256) for v in ("p", "q", "r")]
-    p = plan(cluster(host("a"), host("b"), on_m=vms), vms, groups={v: [g] for v in ("p", "q", "r")})
+    vms = [vmr(v, "m", mem_mb=256, affinity_groups=[g]) for v in ("p", "q", "r")]
+    p = plan(cluster(host("a"), host("b"), on_m=vms), vms)
     assert not p.planned
     assert len(p.refused) == 1
     assert "VmAffinityGroups" in p.refused[0].reason
@@ -131,6 +132,24 @@ def test_default_concurrency_is_two() -> None:
     vms = [vmr(f"v{i}", "m", mem_mb=256) for i in range(5)]
     p = plan(cluster(host("a"), host("b"), on_m=vms), vms)
     assert [len(s) for s in p.steps] == [2, 2, 1]
+
+
+@pytest.mark.parametrize(("budget", "sizes"), [("3", [3, 2]), ("1", [1] * 5), ("0", [1] * 5)])
+def test_steps_follow_the_policys_concurrent_migrations_budget(budget: str, sizes: list[int]) -> None:
+    """A drain never has more migrations in flight than balancing may (at least one, so it finishes)."""
+    policy = POLICY.model_copy(update={"properties": {"ConcurrentMigrations": budget}})
+    vms = [vmr(f"v{i}", "m", mem_mb=256) for i in range(5)]
+    p = asyncio.run(plan_maintenance(cluster(host("a"), host("b"), on_m=vms), policy, CLUSTER, "m", vms, now=NOW))
+    assert [len(s) for s in p.steps] == sizes
+    assert p.max_concurrent == sizes[0]
+
+
+def test_a_balancing_migration_carries_the_vms_affinity_groups() -> None:
+    """The engine's report names the VM's groups; the migration request keeps to them as a placement does."""
+    g = group("g", ["p", "q"], positive=False)
+    request = migration_request(uuid.UUID(int=1), CLUSTER, vmr("p", "a", mem_mb=256, affinity_groups=[g]), "a", None)
+    assert request.vm.affinity_groups == [g]
+    assert request.vm.current_host == "a"
 
 
 def test_hosts_a_vm_failed_on_are_not_tried() -> None:

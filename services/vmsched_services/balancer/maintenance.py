@@ -1,17 +1,17 @@
 """The balancer's maintenance drains: a host reported in maintenance is planned once, the plan
 published as one MaintenancePlan event, then carried out step by step.
 
-Each pass over a cluster (before the balance unit's): the hosts the engine reports in
-`maintenance` that still hold VMs are planned (vmsched.scheduling.maintenance: all or nothing,
-affinity-aware, steps of at most DEFAULT_MAX_CONCURRENT), each plan remembered in Redis
-(MaintenancePlans) so it is made once. A planned host's current step is scheduled through the
-selector like the balancer's own migrations (the plan's target as the only candidate), each placed
-migration published as a MigrationDecision whose reason names the plan; the next step starts on a
-later pass, when the engine reports the previous step's VMs on their targets (or gone). When a
-step's migration is not placed, or the engine reports one failed (the VM back on the host, nothing
-pending), the plan is dropped and the host planned again on the next pass with what is left on it.
-A refused plan stands for REFUSED_RETRY_S, then the host is planned again. A plan whose host is no
-longer in maintenance is dropped.
+Each pass over a cluster (before the balance unit's): the hosts the engine reports in `maintenance`
+that still hold VMs are planned (vmsched.scheduling.maintenance: all or nothing, affinity-aware by
+the groups the VMs' reports carry, steps of at most the policy's ConcurrentMigrations budget), each
+plan remembered in Redis (MaintenancePlans) so it is made once. A planned host's current step is
+scheduled through the selector like the balancer's own migrations (the plan's target as the only
+candidate), each placed migration published as a MigrationDecision whose reason names the plan; the
+next step starts on a later pass, when the engine reports the previous step's VMs on their targets
+(or gone). When a step's migration is not placed, or the engine reports one failed (the VM back on
+the host, nothing pending), the plan is dropped and the host planned again on the next pass with
+what is left on it. A refused plan stands for REFUSED_RETRY_S, then the host is planned again. A
+plan whose host is no longer in maintenance is dropped.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from vmsched.contracts import (
 )
 from vmsched.logging import get_logger
 from vmsched.runtime import Runtime
-from vmsched.scheduling.balancing import migration_decision, migration_request
-from vmsched.scheduling.maintenance import plan_maintenance, vms_to_drain
+from vmsched.scheduling.balancing import migration_decision
+from vmsched.scheduling.maintenance import drain_step_request, plan_maintenance, vms_to_drain
 from vmsched.scheduling.policy import Policy
 from vmsched.store.cluster_reads import ClusterReader, ClusterView
 from vmsched.store.keys import Keys
@@ -152,11 +152,12 @@ class Drains:
         plan = progress.plan
         published: list[MigrationDecision] = []
         where_step = f"maintenance of {plan.host_id}: plan {plan.plan_id}, step {progress.step + 1}/{len(plan.steps)}"
+        leaving = {v.vm_id for v in where.values() if v.host_id == plan.host_id}
         for move in plan.steps[progress.step]:
             vm = where.get(move.vm_id)
             if vm is None or vm.host_id != plan.host_id:
                 continue  # gone or already off the host
-            request = migration_request(uuid.uuid4(), cluster, vm, plan.host_id, (move.target_host_id,))
+            request = drain_step_request(uuid.uuid4(), cluster, vm, plan.host_id, move.target_host_id, leaving)
             decision = await self.rt.bus.call(c.RPC_SCHEDULE, request, ScheduleDecision)
             if decision.status is not DecisionStatus.PLACED or decision.host_id is None:
                 log.info(

@@ -21,7 +21,7 @@ from vmsched.contracts.base import (
     ShortValue,
     Text,
 )
-from vmsched.contracts.scheduling import PendingEntry
+from vmsched.contracts.scheduling import AffinityGroup, PendingEntry
 
 #: A host group's (Nova aggregate's) metadata: Nova stores an aggregate's keys and values as String(255).
 GroupMetadata = Annotated[dict[Key, ShortValue], Field(max_length=256)]
@@ -213,6 +213,12 @@ class VmReport(EngineEvent):
         default_factory=list,
         max_length=256,
         description="Networks the VM's interfaces use (ids); a migration target must have them.",
+    )
+    affinity_groups: list[AffinityGroup] = Field(
+        default_factory=list,
+        max_length=256,
+        description="Affinity groups (or server groups) the VM belongs to, as the engine knows them: a "
+        "migration's target (balancing, a maintenance plan) keeps to them as a new placement does.",
     )
     reported_at: datetime | None = Field(None, description=REPORTED_AT)
 

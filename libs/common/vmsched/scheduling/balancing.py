@@ -152,6 +152,7 @@ def migration_request(
             cpu_usage_pct=vm.cpu_usage_pct,
             networks=vm.networks,
             ha=vm.ha,
+            affinity_groups=vm.affinity_groups,
             current_host=source,
             tried_hosts=list(tried),
         ),

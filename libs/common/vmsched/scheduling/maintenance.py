@@ -13,8 +13,14 @@ order, each seeing the earlier ones' targets as pending, so later VMs see earlie
   pending there); members of a negative group are kept apart the same way. The host's own row is
   left out of the planning table: its VMs are leaving, and a group whose members all sit on the
   host would otherwise find them "on a host that is not a candidate" and refuse every host;
-* bounded: the migrations are ordered into steps of at most `max_concurrent`, a group's members in
-  consecutive steps, carried out one step after another.
+* bounded: the migrations are ordered into steps of at most the policy's ConcurrentMigrations
+  budget (vmsched.scheduling.budgets), a group's members in consecutive steps, carried out one step
+  after another. A drain is the operator's request, so it is not counted against the hourly budgets
+  (it must finish whatever balancing did this hour), but it never has more migrations in flight than
+  balancing may.
+
+Each VM's affinity groups are the ones its report carries (`VmReport.affinity_groups`, as the engine
+knows them), the same groups a balancing migration's request carries.
 
 Pure library code: the balancer service plans with its view of the cluster and the simulator
 plans with its own, so both plan the same way.
@@ -24,27 +30,28 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from vmsched.contracts import (
-    AffinityGroup,
     PendingEntry,
     PlaceItem,
     PlaceOutcome,
     PlaceRequest,
     PlaceResult,
+    ScheduleRequest,
     VmReport,
     VmStatus,
 )
 from vmsched.contracts.maintenance import PlannedMigration, RefusedVm
 from vmsched.scheduling.balancing import migration_request
+from vmsched.scheduling.budgets import BUDGET_PROPERTIES, BudgetLimits
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.placement import place_group
 from vmsched.scheduling.policy import Policy
 
-#: Migrations per step when the caller names no other bound (oVirt migrates 2 VMs at a time by default).
-DEFAULT_MAX_CONCURRENT = 2
+#: Migrations per step when the policy sets no ConcurrentMigrations (oVirt migrates 2 VMs at a time by default).
+DEFAULT_MAX_CONCURRENT = int(BUDGET_PROPERTIES["ConcurrentMigrations"].default or 2)
 
 
 @dataclass(frozen=True)
@@ -74,7 +81,12 @@ def vms_to_drain(
     return [v for v in vms if v.host_id == host_id and v.status in live and v.vm_id not in in_flight]
 
 
-def _order(vms: Sequence[VmReport], groups: Mapping[str, Sequence[AffinityGroup]]) -> list[VmReport]:
+def step_size(policy: Policy, hosts: int) -> int:
+    """Migrations per step of a drain under `policy`: its ConcurrentMigrations budget, at least one."""
+    return max(1, BudgetLimits.from_props(policy.properties, hosts).concurrent)
+
+
+def _order(vms: Sequence[VmReport]) -> list[VmReport]:
     """The VMs in planning order: those tied by a positive enforcing group together (one unit),
     units by memory, largest first (large VMs are the hard ones to fit), then by id."""
     by_id = {v.vm_id: v for v in vms}
@@ -86,8 +98,8 @@ def _order(vms: Sequence[VmReport], groups: Mapping[str, Sequence[AffinityGroup]
             v = parent[v]
         return v
 
-    for vm_id in by_id:
-        for g in groups.get(vm_id, ()):
+    for vm_id, vm in by_id.items():
+        for g in vm.affinity_groups:
             if g.vm_rule is None or not (g.vm_rule.enforcing and g.vm_rule.positive):
                 continue
             for other in g.vms:
@@ -108,23 +120,23 @@ async def plan_maintenance(
     vms: Sequence[VmReport],
     pending: Sequence[PendingEntry] = (),
     *,
-    groups: Mapping[str, Sequence[AffinityGroup]] | None = None,
     tried: Mapping[str, Sequence[str]] | None = None,
-    max_concurrent: int = DEFAULT_MAX_CONCURRENT,
+    max_concurrent: int | None = None,
     now: float | None = None,
 ) -> MaintenancePlanning:
     """Plan the drain of `host_id`: a target for each of `vms` (`vms_to_drain`) on `table` (the
     cluster's hosts; the pending it carries is replaced by `pending`) under `policy`.
 
-    `groups` gives each VM's affinity groups by VM id (the engine's VM reports carry none; the
-    simulator knows them), `tried` the hosts each VM failed on lately (not tried again).
+    `tried` gives the hosts each VM failed on lately (not tried again); `max_concurrent` the step
+    size (None: the policy's ConcurrentMigrations budget, `step_size`).
     """
+    if max_concurrent is None:
+        max_concurrent = step_size(policy, len(table))
     if max_concurrent < 1:
         raise ValueError(f"max_concurrent must be at least 1, got {max_concurrent}")
-    groups = groups or {}
     tried = tried or {}
     refused = [RefusedVm(vm_id=v.vm_id, reason="not migratable") for v in vms if not v.migratable]
-    movable = _order([v for v in vms if v.migratable], groups)
+    movable = _order([v for v in vms if v.migratable])
     if not movable:
         return MaintenancePlanning(host_id, (), tuple(refused), max_concurrent)
     # The host's row is left out: its VMs are leaving it (see the module's docstring).
@@ -132,10 +144,9 @@ async def plan_maintenance(
     items = []
     for n, vm in enumerate(movable):
         request = migration_request(uuid.UUID(int=n + 1), cluster_id, vm, host_id, None, tried.get(vm.vm_id, ()))
-        spec = request.vm.model_copy(update={"affinity_groups": list(groups.get(vm.vm_id, ()))})
         # The hosts it failed on lately are blacklisted, as the balancer leaves them out of its candidates.
         blacklist = [host_id, *(h for h in tried.get(vm.vm_id, ()) if h != host_id)]
-        request = request.model_copy(update={"vm": spec, "blacklist": blacklist})
+        request = request.model_copy(update={"blacklist": blacklist})
         items.append(PlaceItem(request=request))
     group = PlaceRequest(
         request_id=uuid.uuid4(),
@@ -162,6 +173,23 @@ async def plan_maintenance(
     return MaintenancePlanning(host_id, steps, (), max_concurrent)
 
 
+def drain_step_request(
+    request_id: uuid.UUID, cluster_id: str, vm: VmReport, host_id: str, target: str, leaving: Collection[str]
+) -> ScheduleRequest:
+    """The migration request of one step of `host_id`'s plan: `vm` to its planned `target`.
+
+    Its affinity groups leave out the VMs still on the drained host (`leaving`): they follow in
+    later steps, to the targets the plan gave them with this one's in view, so a positive group's
+    first member is not held to the host it is leaving (the plan left that host out for the same
+    reason)."""
+    request = migration_request(request_id, cluster_id, vm, host_id, (target,))
+    gone = {v for v in leaving if v != vm.vm_id}
+    if not gone or not vm.affinity_groups:
+        return request
+    groups = [g.model_copy(update={"vms": [v for v in g.vms if v not in gone]}) for g in vm.affinity_groups]
+    return request.model_copy(update={"vm": request.vm.model_copy(update={"affinity_groups": groups})})
+
+
 def _target(result: PlaceResult) -> str | None:
     if result.outcome is not PlaceOutcome.PLACED or not result.placements:
         return None
@@ -176,4 +204,11 @@ def _why(result: PlaceResult) -> str:
     return f"no target ({result.outcome.value})"
 
 
-__all__ = ["DEFAULT_MAX_CONCURRENT", "MaintenancePlanning", "plan_maintenance", "vms_to_drain"]
+__all__ = [
+    "DEFAULT_MAX_CONCURRENT",
+    "MaintenancePlanning",
+    "drain_step_request",
+    "plan_maintenance",
+    "step_size",
+    "vms_to_drain",
+]

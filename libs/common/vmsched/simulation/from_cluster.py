@@ -6,7 +6,9 @@ policy the cluster is attached to (or the default one) with the cluster's own pr
 Every VM that is on a host (starting, running, migrating) arrives at time 0 in the order of its
 host and id, unpinned: the simulation shows where the policy would put today's demand, and how it
 balances it from there, not the layout the cluster has. A host in maintenance stays in maintenance
-for the whole run; a host down or not responding is a host failed at time 0, never repaired.
+for the whole run; a host down or not responding is a host failed at time 0, never repaired. The
+VM-to-VM affinity groups the VMs' reports carry come along (a workload has no VM-to-host rules, so a
+group's host rule is left out).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from vmsched.contracts.policies import PolicyDocument, PolicyListing
 from vmsched.contracts.state import ClusterState, HostStatus, VmStatus
 from vmsched.errors import InvalidRequest
 from vmsched.simulation.workload import (
+    AffinityGroupSpec,
     ClusterSettings,
     HostFailure,
     HostSpec,
@@ -68,9 +71,16 @@ def cluster_workload(state: ClusterState, policy: PolicyDocument | None, *, dura
             ha=v.ha,
             cpu_usage_pct=v.cpu_usage_pct,
             networks=list(v.networks),
+            affinity_groups=[g.group_id for g in v.affinity_groups if g.vm_rule is not None],
         )
         for v in vms
     ]
+    groups = {
+        g.group_id: AffinityGroupSpec(id=g.group_id, positive=g.vm_rule.positive, enforcing=g.vm_rule.enforcing)
+        for v in vms
+        for g in v.affinity_groups
+        if g.vm_rule is not None
+    }
     return Workload(
         name=f"cluster-{state.cluster_id}",
         description=f"cluster {state.cluster_id} at state version {state.version}: {len(hosts)} hosts, "
@@ -82,6 +92,7 @@ def cluster_workload(state: ClusterState, policy: PolicyDocument | None, *, dura
         ),
         policies=[policy] if policy else [],
         hosts=hosts,
+        affinity_groups=[groups[k] for k in sorted(groups)],
         arrivals=arrivals,
         failures=[
             HostFailure(at_s=0.0, host_id=h)

@@ -24,7 +24,7 @@ from vmsched.contracts import PendingEntry, PlannedMigration, ScheduleRequest
 from vmsched.scheduling.balancing import balance_pass, migration_request, movable_vms
 from vmsched.scheduling.budgets import Budget, MoveRecord
 from vmsched.scheduling.cost import vm_cost
-from vmsched.scheduling.maintenance import plan_maintenance, vms_to_drain
+from vmsched.scheduling.maintenance import drain_step_request, plan_maintenance, vms_to_drain
 from vmsched.scheduling.placement import Placed
 from vmsched.simulation.events import Kind
 from vmsched.simulation.power import PowerActions
@@ -103,7 +103,9 @@ class Migrations(PowerActions):
             if report is None or move.vm_id in self._in_flight:
                 continue  # gone meanwhile
             self._requests += 1
-            request = migration_request(uuid.UUID(int=self._requests), CLUSTER_ID, report, host, (move.target_host_id,))
+            request = drain_step_request(
+                uuid.UUID(int=self._requests), CLUSTER_ID, report, host, move.target_host_id, self._vms[host].keys()
+            )
             outcome = await self.decide(request, self.origin + self.clock)
             if not isinstance(outcome, Placed):  # the cluster changed since the plan: plan again
                 self.counts.drain_unplaced += 1
@@ -119,11 +121,6 @@ class Migrations(PowerActions):
         vms = vms_to_drain(list(self._vms[host].values()), host, set(self._in_flight))
         if not vms:
             return None
-        groups = {
-            v.vm_id: [self._groups[g] for g in self._arrivals[v.vm_id].affinity_groups]
-            for v in vms
-            if v.vm_id in self._arrivals
-        }
         planning = await plan_maintenance(
             self.current_table(),
             self.policy,
@@ -131,7 +128,6 @@ class Migrations(PowerActions):
             host,
             vms,
             self.pending(),
-            groups=groups,
             now=self.origin + self.clock,
         )
         self.counts.drain_plans += 1

@@ -282,6 +282,8 @@ class ClusterState:
             cpu_usage_pct=self._load_of(arrival.vm_id),
             ha=arrival.ha,
             networks=list(arrival.networks),
+            # Its groups, as the engine reports them: a balancing or drain migration keeps to them.
+            affinity_groups=[self._groups[g] for g in arrival.affinity_groups],
         )
         self._vms[host_id][arrival.vm_id] = report
         self._where[arrival.vm_id] = host_id
