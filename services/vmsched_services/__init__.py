@@ -18,9 +18,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from vmsched.runtime import BusRuntime, Runtime
+    from vmsched.runtime import BusRuntime
 
-ServiceStart = Callable[["Runtime | BusRuntime"], Awaitable[object]]
+ServiceStart = Callable[["BusRuntime"], Awaitable[object]]
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class _Starter:
 
     package: str
 
-    async def __call__(self, rt: Runtime | BusRuntime) -> object:
+    async def __call__(self, rt: BusRuntime) -> object:
         module = importlib.import_module(f"vmsched_services.{self.package}.service")
         return await cast(ServiceStart, module.start)(rt)
 

@@ -71,15 +71,16 @@ async def stop_tasks(tasks: list[asyncio.Task[None]]) -> None:
                 task.exception()  # retrieved, so asyncio does not warn it was never read
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BusRuntime:
     """A process's bus alone, for a service that holds no state and reads no server but RabbitMQ
     (the api service: every answer comes over the bus). `vmsched run api` opens one of these, not a
     Runtime, so it never connects to Redis or PostgreSQL; `vmsched up` gives it the shared Runtime,
-    which has the same `settings`, `bus`, `spawn` and `service`."""
+    a BusRuntime with Redis and PostgreSQL besides."""
 
     settings: Settings
     bus: Bus
+    #: Named in the log line and the resync request when this process finds that Redis forgot.
     service: str = "vmsched"
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -98,7 +99,7 @@ class BusRuntime:
             raise ConnectionError("the bus is not connected to the broker")
 
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run a service's background loop; close() cancels it."""
+        """Run a service's background loop (a periodic balancer or HA check); close() cancels it."""
         task = asyncio.create_task(coro, name=name)
         self._tasks.append(task)
         return task
@@ -109,10 +110,10 @@ class BusRuntime:
         await self.bus.close()
 
 
-@dataclass
-class Runtime:
-    settings: Settings
-    bus: Bus
+@dataclass(kw_only=True)
+class Runtime(BusRuntime):
+    """A service's servers: the bus (BusRuntime's), Redis, and PostgreSQL opened on first use."""
+
     redis: aioredis.Redis
     state: StateCache
     #: Set by what reads PostgreSQL (vmsched.policy_cache), which opens the pool only on first use:
@@ -122,9 +123,6 @@ class Runtime:
     policy_watch: PolicyStoreWatch = field(init=False)
     _pg: asyncpg.Pool | None = None
     _pg_opening: asyncio.Lock = field(default_factory=asyncio.Lock)
-    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    #: Named in the log line and the resync request when this process finds that Redis forgot.
-    service: str = "vmsched"
     #: This process among its services' instances: its unit catalogue is announced under it, and a
     #: worker refusing a policy it lacks units of names itself with it.
     instance: str = field(default_factory=instance_id)
@@ -190,14 +188,10 @@ class Runtime:
 
     def readiness_checks(self) -> dict[str, Check]:
         """What /readyz checks (vmsched.health): the bus, Redis, and PostgreSQL if this process uses it."""
-        checks: dict[str, Check] = {"bus": self._check_bus, "redis": self._check_redis}
+        checks: dict[str, Check] = {**super().readiness_checks(), "redis": self._check_redis}
         if self.uses_postgres:
             checks["postgres"] = self._check_postgres
         return checks
-
-    async def _check_bus(self) -> None:
-        if not self.bus.is_open():
-            raise ConnectionError("the bus is not connected to the broker")
 
     async def _check_redis(self) -> None:
         await ping_redis(self.redis)
@@ -226,16 +220,8 @@ class Runtime:
             await asyncio.sleep(self.settings.readiness_interval_s)
             await self.gate_consuming()
 
-    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
-        """Run a service's background loop (a periodic balancer or HA check); close() cancels it."""
-        task = asyncio.create_task(coro, name=name)
-        self._tasks.append(task)
-        return task
-
     async def close(self) -> None:
-        await stop_tasks(self._tasks)
-        self._tasks.clear()
-        await self.bus.close()
+        await super().close()
         if self._pg is not None:
             await self._pg.close()
             self._pg = None

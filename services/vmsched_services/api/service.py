@@ -20,7 +20,7 @@ from vmsched.client import SchedulerClient
 from vmsched.errors import UsageError
 from vmsched.logging import get_logger
 from vmsched.policy_client import PolicyClient
-from vmsched.runtime import BusRuntime, Runtime
+from vmsched.runtime import BusRuntime
 from vmsched_services.api.app import create_app
 from vmsched_services.api.deps import Clients
 
@@ -72,7 +72,7 @@ async def serve(server: Server, sock: socket.socket) -> None:
         sock.close()
 
 
-async def start(rt: Runtime | BusRuntime) -> Server:
+async def start(rt: BusRuntime) -> Server:
     settings = rt.settings
     clients = Clients(SchedulerClient(settings, bus=rt.bus), PolicyClient(settings, bus=rt.bus))
     app = create_app(settings, clients=clients)
