@@ -18,12 +18,12 @@ from vmsched.scheduling.policy import BUILTIN_POLICIES
 from vmsched.simulation.engine import Counts, Timing, simulate
 from vmsched.simulation.plots import MARK_STYLES, STEPS, marks_of, over_time_figure
 from vmsched.simulation.power import default_watts, host_watts
-from vmsched.simulation.report import Operator, PolicyReport, Recorder, Sample, policy_report, render_table
+from vmsched.simulation.report import PolicyReport, Recorder, Sample, policy_report, render_table
 from vmsched.simulation.scenarios import Scenario, expectations, load_scenario, render_expectations, scenario
 from vmsched.simulation.targets import verdicts
 from vmsched.simulation.workload import HostSpec, MaintenanceWindow, Workload, parse_workload
 from vmsched_services.tools import cli
-from vmsched_services.tools.simulate import operator_of, policies_of, run_all
+from vmsched_services.tools.simulate import policies_of, run_all
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "simulating.md"
 
@@ -47,7 +47,7 @@ def one_host(vms: list[dict[str, Any]], *, cores: int = 4, mem_mb: int = 65536, 
 
 def run(workload: Workload, policy: str = "none") -> PolicyReport:
     p = BUILTIN_POLICIES[policy]
-    recorder = Recorder(operator=operator_of(workload, p.properties))
+    recorder = Recorder.for_policy(workload, p.properties)
     counts, timing = asyncio.run(simulate(workload, p, recorder))
     return policy_report(policy, len(workload.host_ids()), counts, timing, recorder.samples, p.properties)
 
@@ -268,5 +268,10 @@ def test_every_report_key_is_documented() -> None:
 
 def test_the_operator_uses_the_policys_high_utilization() -> None:
     w = one_host([{"mem_mb": 1024, "vcpus": 1, "cpu_usage_pct": 1.0}])
-    assert operator_of(w, {"HighUtilization": "65"}).high_utilization == 65.0
-    assert isinstance(operator_of(w, {}), Operator)
+    assert Recorder.for_policy(w, {"HighUtilization": "65"}).operator.high_utilization == 65.0
+    assert Recorder.for_policy(w, {"HighUtilization": "65"}).cpu_limit_pct == 65.0
+    # Unset: the SLA line is the unit's default, the packing headroom all of a CPU.
+    assert (Recorder.for_policy(w, {}).operator.high_utilization, Recorder.for_policy(w, {}).cpu_limit_pct) == (
+        80.0,
+        100.0,
+    )

@@ -23,7 +23,6 @@ from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.packing_bound import bins_of, ffd_bins, lower_bound
 from vmsched.simulation.report import Recorder, policy_report
 from vmsched.simulation.workload import HostSpec
-from vmsched_services.tools.simulate import operator_of
 
 
 def reference_ffd(
@@ -126,7 +125,7 @@ def test_a_small_generated_days_figures_are_pinned() -> None:
     # A faster engine or sampler must not change a result: these are the figures before either.
     workload = generate(GeneratorSpec(hosts=30, vms=300, hours=6, seed=5))
     policy = BUILTIN_POLICIES["none"]
-    recorder = Recorder(operator=operator_of(workload, policy.properties))
+    recorder = Recorder.for_policy(workload, policy.properties)
     counts, timing = asyncio.run(simulate(workload, policy, recorder))
     r = policy_report("none", 30, counts, timing, recorder.samples, policy.properties)
     got = {k: getattr(r, k) for k in PINNED}

@@ -13,7 +13,7 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +29,8 @@ from vmsched.simulation.engine import effective_policy, simulate
 from vmsched.simulation.from_cluster import cluster_policy, cluster_workload
 from vmsched.simulation.generator import HOST_MODELS, GeneratorSpec, generate
 from vmsched.simulation.hostseries import HostSeries
-from vmsched.simulation.packing_bound import headroom_of
 from vmsched.simulation.plots import PolicyRun, render, require_matplotlib
-from vmsched.simulation.power import power_model
-from vmsched.simulation.report import Operator, PolicyReport, Recorder, policy_report, render_table
+from vmsched.simulation.report import PolicyReport, Recorder, policy_report, render_table
 from vmsched.simulation.scenarios import SCENARIOS, Expectation, expectations, render_expectations, scenario
 from vmsched.simulation.targets import Verdict, render_verdicts, verdicts
 from vmsched.simulation.traces import TRACE_FORMATS, azure_workload
@@ -162,11 +160,6 @@ def policies_of(names: list[str], workload: Workload | None = None) -> list[Poli
     return out
 
 
-def operator_of(workload: Workload, properties: Mapping[str, str]) -> Operator:
-    """The power model and HighUtilization the report's operator figures use for one policy."""
-    return Operator(power_model(workload), float(properties.get("HighUtilization", "80")))
-
-
 async def run_all(
     workload: Workload, policies: list[Policy], *, per_host: bool = False
 ) -> list[tuple[PolicyReport, HostSeries | None]]:
@@ -175,12 +168,7 @@ async def run_all(
     runs = []
     for policy in policies:
         properties = effective_policy(workload, policy).properties
-        recorder = Recorder(
-            workload.cluster.vcpus_per_cpu,
-            per_host=per_host,
-            operator=operator_of(workload, properties),
-            cpu_limit_pct=headroom_of(properties),
-        )
+        recorder = Recorder.for_policy(workload, properties, per_host=per_host)
         counts, timing = await simulate(workload, policy, recorder)
         report = policy_report(policy.name, hosts, counts, timing, recorder.samples, properties)
         runs.append((report, recorder.hosts))
@@ -287,7 +275,6 @@ __all__ = [
     "cluster_snapshot",
     "emit",
     "main",
-    "operator_of",
     "policies_of",
     "policy_names",
     "read_trace",

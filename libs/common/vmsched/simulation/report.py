@@ -12,11 +12,14 @@ from typing import Any
 import numpy as np
 
 from vmsched.scheduling.hosts import FloatArray, HostTable, IndexArray
+from vmsched.scheduling.units.balance_load import DEFAULT_HIGH
 from vmsched.simulation.figures import J_PER_KWH, durations, integral, ratio
 from vmsched.simulation.hostseries import HostSeries, Metric
 from vmsched.simulation.operator_figures import Operator, operator_figures
-from vmsched.simulation.packing_bound import bins_of, ffd_bins, lower_bound
+from vmsched.simulation.packing_bound import bins_of, ffd_bins, headroom_of, lower_bound
+from vmsched.simulation.power import power_model
 from vmsched.simulation.records import Counts, Snapshot, Timing
+from vmsched.simulation.workload import Workload
 
 
 # ------------------------------------------------------------------------------ samples
@@ -127,6 +130,20 @@ class Recorder:
         self.cpu_limit_pct = cpu_limit_pct
         self.samples: list[Sample] = []
         self.hosts: HostSeries | None = HostSeries() if per_host else None
+
+    @classmethod
+    def for_policy(cls, workload: Workload, properties: Mapping[str, str], *, per_host: bool = False) -> Recorder:
+        """The recorder of one policy's run of `workload`, its HighUtilization read once: the SLA line
+        of the operator figures (80, the unit's default, when unset) and the CPU headroom the packing
+        bounds fill hosts to (all of a CPU when unset: a policy without it packs to the full host)."""
+        value = properties.get("HighUtilization")
+        operator = Operator(power_model(workload), float(value or DEFAULT_HIGH))
+        return cls(
+            workload.cluster.vcpus_per_cpu,
+            per_host=per_host,
+            operator=operator,
+            cpu_limit_pct=headroom_of(properties),
+        )
 
     def __call__(self, snapshot: Snapshot) -> None:
         self.samples.append(sample_of(snapshot, self.vcpus_per_cpu, self.operator, self.cpu_limit_pct))

@@ -12,7 +12,6 @@ from vmsched.scheduling.policy import Policy
 from vmsched.settings import Settings
 from vmsched.simulation.deciding import effective_policy
 from vmsched.simulation.hostseries import HostSeries
-from vmsched.simulation.packing_bound import headroom_of
 from vmsched.simulation.plots import require_matplotlib
 from vmsched.simulation.report import PolicyReport, Recorder, policy_report
 from vmsched.simulation.workload import Workload
@@ -44,8 +43,8 @@ async def run_over_bus(
         for policy in policies:
             local = RecordingSimulation(workload, policy)
             await local.run()
-            headroom = headroom_of(effective_policy(workload, policy).properties)
-            recorder = Recorder(workload.cluster.vcpus_per_cpu, per_host=per_host, cpu_limit_pct=headroom)
+            properties = effective_policy(workload, policy).properties
+            recorder = Recorder.for_policy(workload, properties, per_host=per_host)
             bus = await replay(svc, workload, policy, recorder)
             report = policy_report(
                 policy.name, hosts, bus.counts, bus.timing(), recorder.samples, bus.policy.properties
