@@ -144,6 +144,8 @@ def test_a_host_of_unknown_cpus_is_worst_and_left_out_of_the_spread() -> None:
     w = spread_weight(hosts, new_vm(vcpus=1, cpu_usage_pct=80.0), {})
     assert w[0] == WORST_WEIGHT
     assert w[1] == pytest.approx(10.0 + SPREAD_TIE * 10.0)  # h1 at 10 %, h2 at 0: h0's 99 % counts nowhere
+    unknown = table(host("h0", cpu_cores=0), host("h1", cpu_cores=0))
+    assert list(spread_weight(unknown, new_vm(vcpus=1), {})) == [WORST_WEIGHT, WORST_WEIGHT]
 
 
 def test_even_spread_places_by_the_spread_and_ovirts_policies_keep_ovirts_weights() -> None:

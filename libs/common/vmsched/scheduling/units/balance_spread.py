@@ -187,6 +187,8 @@ def spread_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     (cpu_usage_pct x vCPUs; VcpuConsumptionPercentage per vCPU when it has none) over the host's
     CPUs, nothing on the host it runs on. WORST_WEIGHT where the CPUs are unknown."""
     known, cpus = known_cpus(hosts)
+    if not known.any():
+        return np.full(len(hosts), WORST_WEIGHT)
     per_vcpu = vm.cpu_usage_pct if vm.cpu_usage_pct > 0 else VCPU_CONSUMPTION_PCT
     load = effective_load(hosts)
     after = load + except_current_host(hosts, vm, per_vcpu * vm.vcpus) / cpus
@@ -233,4 +235,13 @@ EVEN_CPU_SPREAD = PolicyUnit(
 
 SPREAD_UNITS: tuple[PolicyUnit, ...] = (EVEN_CPU_SPREAD,)
 
-__all__ = ["EVEN_CPU_SPREAD", "MAX_SOURCES", "SPREAD_UNITS", "even_spread_balance", "held_spread"]
+__all__ = [
+    "EVEN_CPU_SPREAD",
+    "MAX_SOURCES",
+    "SPREAD_TIE",
+    "SPREAD_UNITS",
+    "even_spread_balance",
+    "held_spread",
+    "spread_after",
+    "spread_weight",
+]
