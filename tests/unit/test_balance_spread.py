@@ -1,4 +1,5 @@
-"""EvenCpuSpread's move choice and hysteresis, and the disruption budgets every balance unit obeys."""
+"""EvenCpuSpread's placement weight, move choice and hysteresis, the even_spread policy, and the
+disruption budgets every balance unit obeys."""
 
 from __future__ import annotations
 
@@ -6,18 +7,22 @@ import asyncio
 from dataclasses import replace
 from functools import partial
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.factories import CLUSTER, host, table, vm_report
+from tests.factories import CLUSTER, host, pend, table, vm_report
+from tests.factories import vm as new_vm
 from vmsched.errors import InvalidProperty
 from vmsched.scheduling.balancing import balance_pass
 from vmsched.scheduling.budgets import Budget, BudgetLimits, MigrationLedger, MoveRecord
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.policy import BUILTIN_POLICIES
-from vmsched.scheduling.units.balance_spread import EVEN_CPU_SPREAD, even_spread_balance
+from vmsched.scheduling.units.balance_spread import EVEN_CPU_SPREAD, SPREAD_TIE, even_spread_balance, spread_weight
 from vmsched.scheduling.units.base import IdleKind
+from vmsched.scheduling.units.helpers import VCPU_CONSUMPTION_PCT
+from vmsched.scheduling.units.weights import WORST_WEIGHT, even_cpu_weight
 from vmsched.simulation.engine import simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 
@@ -80,6 +85,87 @@ def test_unit_declares_its_properties() -> None:
     assert set(EVEN_CPU_SPREAD.properties) >= {"SpreadThreshold", "ImbalanceHoldMinutes", "MinimumGainPercent"}
     assert BUILTIN_POLICIES["even_spread"].balance == "EvenCpuSpread"
     assert BUILTIN_POLICIES["evenly_distributed"].balance == "OptimalForEvenCpuDistribution"  # oVirt's kept
+
+
+# ------------------------------------------------------------------ placing
+def loads(*hosts: tuple[int, float]) -> HostTable:
+    """Hosts h0, h1, ... of (cores, CPU %)."""
+    return table(*(host(f"h{i}", cpu_cores=c, cpu_usage_pct=pct) for i, (c, pct) in enumerate(hosts)))
+
+
+def best(weights: np.ndarray) -> int:
+    return int(np.argmin(weights))
+
+
+def test_a_large_vm_goes_where_its_expected_load_adds_fewest_points() -> None:
+    # 16 vCPUs at 50 %: 8 CPUs, 12.5 points of a 64-core host and 25 of a 32-core one.
+    hosts = loads((64, 20.0), (32, 18.0), (32, 25.0))
+    big = new_vm(vcpus=16, cpu_usage_pct=50.0)
+    w = spread_weight(hosts, big, {})
+    assert best(w) == 0
+    # Spread with it on h0: 32.5 - 18; on h1: 43 - 20; on h2: 50 - 18 (and a hundredth of the load after).
+    assert w == pytest.approx([14.5 + SPREAD_TIE * 32.5, 23.0 + SPREAD_TIE * 43.0, 32.0 + SPREAD_TIE * 50.0])
+    # oVirt's weight counts the new VM at 10 % a vCPU and rounds: h0 and h1 tie at 23 %.
+    assert list(even_cpu_weight(hosts, big, {})[:2]) == [23.0, 23.0]
+
+
+def test_a_small_vm_raises_the_idlest_host_rather_than_the_least_loaded_after_it() -> None:
+    # 4 vCPUs at 50 %: 6.25 points on the idlest (32 cores, 10 %), 3.1 on h1 (64 cores, 10.5 %):
+    # h1 would be less loaded after it, but on h0 it lifts the cluster's minimum to 10.5.
+    hosts = loads((32, 10.0), (64, 10.5), (32, 30.0))
+    w = spread_weight(hosts, new_vm(vcpus=4, cpu_usage_pct=50.0), {})
+    assert best(w) == 0
+    assert w[0] == pytest.approx(30.0 - 10.5 + SPREAD_TIE * 16.25)
+
+
+def test_of_hosts_that_leave_the_spread_alike_the_less_loaded_after_wins() -> None:
+    # 1 vCPU at 64 %: 2 points on h1 (32 cores), 1 on h2 (64 cores); neither moves the ends.
+    hosts = loads((32, 10.0), (32, 20.0), (64, 20.0), (32, 30.0))
+    w = spread_weight(hosts, new_vm(vcpus=1, cpu_usage_pct=64.0), {})
+    assert w[2] < w[1]
+    assert w[1] - w[2] == pytest.approx(SPREAD_TIE * 1.0)
+
+
+def test_a_vm_without_an_expected_load_counts_vcpu_consumption_and_pending_vcpus_count() -> None:
+    hosts = table(
+        host("h0", cpu_cores=10, cpu_usage_pct=10.0),
+        host("h1", cpu_cores=10, cpu_usage_pct=20.0),
+        pending=[pend("h0", vcpus=5)],
+    )
+    w = spread_weight(hosts, new_vm(vcpus=2), {})
+    # h0: 10 % + 5 pending vCPUs x 10 % / 10 CPUs = 15 %; the VM adds 2 x 10 % / 10 = 2 points.
+    assert w[0] == pytest.approx(20.0 - 17.0 + SPREAD_TIE * 17.0)
+    assert w[1] == pytest.approx(22.0 - 15.0 + SPREAD_TIE * 22.0)
+    assert VCPU_CONSUMPTION_PCT == 10.0
+
+
+def test_a_host_of_unknown_cpus_is_worst_and_left_out_of_the_spread() -> None:
+    hosts = table(host("h0", cpu_cores=0, cpu_usage_pct=99.0), host("h1", cpu_cores=8), host("h2", cpu_cores=8))
+    w = spread_weight(hosts, new_vm(vcpus=1, cpu_usage_pct=80.0), {})
+    assert w[0] == WORST_WEIGHT
+    assert w[1] == pytest.approx(10.0 + SPREAD_TIE * 10.0)  # h1 at 10 %, h2 at 0: h0's 99 % counts nowhere
+    unknown = table(host("h0", cpu_cores=0), host("h1", cpu_cores=0))
+    assert list(spread_weight(unknown, new_vm(vcpus=1), {})) == [WORST_WEIGHT, WORST_WEIGHT]
+
+
+def test_even_spread_places_by_the_spread_and_ovirts_policies_keep_ovirts_weights() -> None:
+    even = BUILTIN_POLICIES["even_spread"]
+    assert [(w.unit, w.factor) for w in even.weights][:1] == [("EvenCpuSpread", 2)]
+    assert not {w.unit for w in even.weights} & {"OptimalForEvenCpuDistribution", "OptimalForEvenMemoryDistribution"}
+    for name in ("none", "evenly_distributed", "cluster_maintenance"):
+        assert [(w.unit, w.factor) for w in BUILTIN_POLICIES[name].weights][:2] == [
+            ("OptimalForEvenCpuDistribution", 2),
+            ("OptimalForEvenMemoryDistribution", 1),
+        ]
+    assert all(
+        "EvenCpuSpread" not in {w.unit for w in p.weights} for n, p in BUILTIN_POLICIES.items() if n != "even_spread"
+    )
+
+
+def test_even_spread_lets_a_host_take_part_in_three_migrations_an_hour_the_cluster_a_quarter() -> None:
+    limits = BudgetLimits.from_props(BUILTIN_POLICIES["even_spread"].properties, 50)
+    assert (limits.per_host_hour, limits.per_cluster_hour) == (3.0, 12.5)
+    assert BUILTIN_POLICIES["even_spread"].properties["SpreadThreshold"] == "8"
 
 
 # ------------------------------------------------------------------ budgets

@@ -113,6 +113,29 @@ def test_overcommit_is_vcpus_per_cpu_and_memory_committed_per_usable() -> None:
     assert r.mem_overcommit_max == r.mem_overcommit_mean
 
 
+# ------------------------------------------------------------------------------ the spread's floor
+def test_the_spread_floor_is_the_largest_vms_points_over_the_mean() -> None:
+    # A VM of 16 vCPUs at 100 % on one of two 32-core hosts: that host at 50 %, the other idle.
+    w = one_host([{"mem_mb": 1024, "vcpus": 16, "cpu_usage_pct": 100.0}], cores=32)
+    w = w.model_copy(update={"hosts": [*w.hosts, w.hosts[0].model_copy(update={"id": "idle"})]})
+    last = run(w).samples[-1]
+    assert last.cpu_spread == 50.0
+    # 16 CPUs less an eighth (the demand's loads are in quarters of a CPU) of 32: 49.6 points;
+    # the mean host is at 25 %, so no placement gets the spread under 24.6.
+    assert last.cpu_vm_max == pytest.approx(1587.5 / 32)
+    assert last.cpu_spread_floor == pytest.approx(1587.5 / 32 - 25.0)
+    assert last.cpu_spread_floor <= last.cpu_spread
+
+
+def test_a_vm_small_against_the_mean_leaves_no_floor() -> None:
+    w = one_host(
+        [{"mem_mb": 1024, "vcpus": 1, "cpu_usage_pct": 50.0}, {"mem_mb": 1024, "vcpus": 2, "cpu_usage_pct": 50.0}]
+    )
+    last = run(w).samples[-1]
+    assert last.cpu_vm_max > 0.0
+    assert last.cpu_spread_floor == 0.0
+
+
 # ------------------------------------------------------------------------------ used / FFD
 def blank(at_s: float, hosts_used: int, ffd_hosts: int) -> Sample:
     return Sample(

@@ -7,14 +7,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
+import numpy as np
 import pytest
 
 from vmsched.scheduling.policy import BUILTIN_POLICIES
-from vmsched.simulation.engine import effective_policy, simulate
+from vmsched.simulation.engine import Counts, Timing, effective_policy, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
-from vmsched.simulation.report import PolicyReport, Recorder, policy_report
+from vmsched.simulation.report import PolicyReport, Recorder, Sample, policy_report
 from vmsched.simulation.scenarios import load_scenario
-from vmsched.simulation.targets import SPEED_EVENTS, SPEED_HOSTS, render_verdicts, verdicts
+from vmsched.simulation.targets import (
+    SPEED_EVENTS,
+    SPEED_HOSTS,
+    SPREAD_LIMIT,
+    WARM_UP_S,
+    render_verdicts,
+    verdicts,
+)
 from vmsched.simulation.workload import Workload
 
 
@@ -91,3 +99,60 @@ def test_the_packing_bounds_cpus_are_those_of_the_hosts_ffd_fills_largest_first(
     assert (last.hosts_used, last.ffd_hosts) == (1, 1)
     assert (last.cpus_used, last.ffd_cpus) == (32.0, 64.0)
     assert r.cpu_capacity_ratio_mean == 0.5
+
+
+# ------------------------------------------------------------------ the spread's floor
+def _spread_report(policy: str, samples: list[tuple[float, float, float]]) -> PolicyReport:
+    """A report of samples (spread, largest VM's points, floor) every 5 minutes from the first hour on."""
+    rows = [
+        Sample(
+            at_s=WARM_UP_S + 300.0 * n,
+            vms=10,
+            hosts_used=5,
+            ffd_hosts=1,
+            cpu_spread=spread,
+            cpu_std=0.0,
+            mem_spread=0.0,
+            mem_std=0.0,
+            vm_count_spread=0,
+            ha_per_host_max=0,
+            cpu_mean_in_use=0.0,
+            mem_mean_in_use=0.0,
+            cpu_vm_max=vm,
+            cpu_spread_floor=floor,
+        )
+        for n, (spread, vm, floor) in enumerate(samples)
+    ]
+    counts = Counts(balance_passes=10, migrations=4)
+    return policy_report(policy, 5, counts, Timing(1.0, 0.0, rows[-1].at_s), rows, {})
+
+
+@pytest.mark.parametrize("policy", ["even_spread", "evenly_distributed"])
+def test_the_spread_is_judged_where_the_largest_vm_leaves_the_limit_reachable(policy: str) -> None:
+    # 18 samples at 8 points and 2 at 30 whose largest VM alone keeps its host 20 points over the mean.
+    r = _spread_report(policy, [(8.0, 5.0, 0.0)] * 18 + [(30.0, 28.0, 20.0), (30.0, 27.0, 19.0)])
+    spread = verdicts([r])[0]
+    assert (spread.value, spread.limit, spread.met) == (8.0, SPREAD_LIMIT, True)
+    assert "2 of 20 left out" in spread.how
+    assert "up to 28.0 points of the largest host" in spread.how
+    assert "19.0-20.0 points over the mean" in spread.how
+    # The percentile over every sample stays in sight.
+    all_p95 = float(np.percentile([8.0] * 18 + [30.0, 30.0], 95))
+    assert f"over all 20: 95th percentile {all_p95:.2f}" in spread.how
+
+
+def test_the_spread_target_still_fails_on_the_samples_it_judges() -> None:
+    # Left-out samples aside, 4 of 16 at 25 points: the 95th percentile is 25.
+    r = _spread_report("even_spread", [(8.0, 5.0, 0.0)] * 12 + [(25.0, 5.0, 0.0)] * 4 + [(30.0, 28.0, 20.0)])
+    spread = verdicts([r])[0]
+    assert (spread.value, spread.met) == (25.0, False)
+    assert "1 of 17 left out" in spread.how
+    assert "4 migrations left a spread" in spread.why
+
+
+def test_a_spread_out_of_reach_everywhere_is_judged_on_every_sample() -> None:
+    r = _spread_report("even_spread", [(30.0, 28.0, 20.0)] * 3)
+    spread = verdicts([r])[0]
+    assert (spread.value, spread.met) == (30.0, False)
+    assert "the 3 samples" in spread.how
+    assert "judged all the same" in spread.how

@@ -242,11 +242,25 @@ BUILTIN_POLICIES: Final[Mapping[str, Policy]] = MappingProxyType(
             _builtin(
                 EVEN_SPREAD_ID,
                 "even_spread",
-                "Spread CPU and memory evenly at start; narrow the CPU spread by migrations once it has"
+                "Place each VM where the CPU spread stays narrowest; narrow it by migrations once it has"
                 " lasted, within the disruption budgets.",
-                _EVEN_WEIGHTS,
+                # EvenCpuSpread weighs alone: oVirt's CPU weight counts a new VM at 10 % a vCPU, and
+                # its ranks let the even-memory weight outvote it. Measured on the generated day at
+                # 50 hosts, the spread target's p95 averaged over seeds 1-12: 15.8 as set here, 22.6
+                # as it was (oVirt's two weights, SpreadThreshold 6, 1 migration a host an hour);
+                # 19.6 with oVirt's weights only, 19.0 with the host budget at 1 only (a host that
+                # took a VM could not give one on), 16.1 at SpreadThreshold 6 only, with 40 % more
+                # migrations (moves while the spread was 6-8 spent the cluster's hourly budget). The
+                # cluster's budget stays a quarter of its hosts an hour.
+                (PolicyWeight(unit="EvenCpuSpread", factor=2), *_COMMON_WEIGHTS),
                 "EvenCpuSpread",
-                {**_THRESHOLDS, "SpreadThreshold": "6", "ImbalanceHoldMinutes": "5", "MinimumGainPercent": "1"},
+                {
+                    **_THRESHOLDS,
+                    "SpreadThreshold": "8",
+                    "ImbalanceHoldMinutes": "5",
+                    "MinimumGainPercent": "1",
+                    "MigrationsPerHostPerHour": "3",
+                },
             ),
             _builtin(
                 POWER_SAVING_ID,

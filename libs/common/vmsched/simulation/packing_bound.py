@@ -1,5 +1,6 @@
-"""The packing bound the report holds hosts used against: first-fit-decreasing of the live VMs'
-demand into the cluster's hosts, largest first."""
+"""The bounds the report holds a placement against: first-fit-decreasing of the live VMs' demand
+into the cluster's hosts, largest first (packing), and the CPU spread no placement can go under
+(evenness)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy.typing as npt
 
 from vmsched.scheduling.hosts import HostTable
 
+#: The packing bound's unit of CPU load, % of one CPU: the demand's loads are rounded to it.
+LOAD_STEP = 25.0
 #: An item's size, one number per dimension.
 Size = TypeVar("Size", bound=tuple[float, ...])
 #: Bins' capacities: one vector each, as a sequence or an (n, dimensions) array.
@@ -164,4 +167,21 @@ def bins_of(
 _last_bins: tuple[tuple[Any, ...], tuple[npt.NDArray[Any], ...], npt.NDArray[np.float64]] | None = None
 
 
-__all__ = ["bins_of", "ffd_bins", "first_fit_decreasing", "headroom_of", "lower_bound"]
+def spread_floor(
+    demand: Mapping[tuple[float, float, float], int], cpus: npt.NDArray[np.float64], cpu_pct: npt.NDArray[np.float64]
+) -> tuple[float, float]:
+    """The largest VM's CPU load in points of the largest host's CPU % (of hosts with `cpus` CPUs
+    and `cpu_pct` CPU % now), and the CPU max-min no placement of the VMs can go under.
+
+    Whichever host holds the largest VM is at least its points of the largest host (the cap at
+    100 % aside), and the idlest host is at most the mean: max - min >= those points - the mean.
+    `demand`'s loads (% of one CPU) are rounded to LOAD_STEP: half a step less keeps the bound one.
+    """
+    if not demand or not len(cpus):
+        return 0.0, 0.0
+    largest = max((size[2] for size, count in demand.items() if count > 0), default=0.0)
+    points = max(0.0, largest - LOAD_STEP / 2.0) / max(float(cpus.max()), 1e-9)
+    return points, max(0.0, min(points, 100.0) - float(cpu_pct.mean()))
+
+
+__all__ = ["LOAD_STEP", "bins_of", "ffd_bins", "first_fit_decreasing", "headroom_of", "lower_bound", "spread_floor"]

@@ -16,7 +16,7 @@ from vmsched.scheduling.units.balance_load import DEFAULT_HIGH
 from vmsched.simulation.figures import J_PER_KWH, durations, integral, ratio
 from vmsched.simulation.hostseries import HostSeries, Metric
 from vmsched.simulation.operator_figures import Operator, operator_figures
-from vmsched.simulation.packing_bound import bins_of, ffd_bins, headroom_of, lower_bound
+from vmsched.simulation.packing_bound import bins_of, ffd_bins, headroom_of, lower_bound, spread_floor
 from vmsched.simulation.power import power_model
 from vmsched.simulation.records import Counts, Snapshot, Timing
 from vmsched.simulation.workload import Workload
@@ -67,6 +67,10 @@ class Sample:
     mem_ratio_max: float = 0.0
     #: The fewest hosts any packing of the demand needs (`lower_bound`), same headroom as FFD's.
     lb_hosts: int = 0
+    #: The largest VM's CPU load in points of the largest host's CPU %, and the CPU spread no
+    #: placement can go under with it (`spread_floor`).
+    cpu_vm_max: float = 0.0
+    cpu_spread_floor: float = 0.0
 
 
 def utilisation(table: HostTable, idx: IndexArray) -> tuple[FloatArray, FloatArray]:
@@ -90,6 +94,7 @@ def sample_of(
     ffd_cpus = sum((bins[ffd_used, 2] / cpu_limit_pct).tolist())
     cpus_used = float(table.effective_cpus[idx][in_use].sum())
     cpu, mem = utilisation(table, idx)
+    vm_max, floor = spread_floor(snapshot.demand, table.effective_cpus[idx], cpu)
     return Sample(
         at_s=snapshot.at_s,
         vms=int(table.vm_count.sum()),
@@ -108,6 +113,8 @@ def sample_of(
         cpus_used=cpus_used,
         ffd_cpus=ffd_cpus,
         lb_hosts=lower_bound(snapshot.demand, bins),
+        cpu_vm_max=vm_max,
+        cpu_spread_floor=floor,
         **operator_figures(snapshot, idx, operator or Operator()),
     )
 

@@ -37,12 +37,11 @@ from vmsched.scheduling.units import validate_properties
 from vmsched.scheduling.units.base import VmsByHost
 from vmsched.simulation.deciding import decide, effective_policy
 from vmsched.simulation.events import EventQueue, Kind
+from vmsched.simulation.packing_bound import LOAD_STEP
 from vmsched.simulation.records import Counts, Flight, Sampler, Starting
 from vmsched.simulation.workload import HostSpec, VmArrival, Workload
 
 CLUSTER_ID = "sim"
-#: The packing bound's unit of CPU load, % of one CPU.
-LOAD_STEP = 25.0
 
 
 def host_report(spec: HostSpec, host_id: str) -> HostReport:
