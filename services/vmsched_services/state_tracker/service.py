@@ -18,6 +18,7 @@ the selector reads pending *before* the state version, so a VM is never counted 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime
 
 from vmsched import constants as c
@@ -31,6 +32,7 @@ from vmsched.contracts import (
     HostRemoved,
     HostReport,
     Message,
+    PendingEntry,
     ResyncComplete,
     ResyncRequested,
     StateRequest,
@@ -43,6 +45,7 @@ from vmsched.runtime import Runtime
 from vmsched.store import PendingStore, StateWriter
 from vmsched.store.memories import FailedHosts, HaStatus
 from vmsched_services.authz import require_one_of
+from vmsched_services.state_tracker.batches import MAX_BATCH, ReportQueue
 from vmsched_services.state_tracker.gauges import HostGauges, Refresher
 from vmsched_services.state_tracker.reads import Reads
 
@@ -55,6 +58,24 @@ REMOVERS = "VMSCHED_ADMIN_USERS or VMSCHED_POLICY_ADMIN_USER"
 _SETTLED = {VmStatus.RUNNING, VmStatus.FAILED, VmStatus.DOWN}
 
 
+def _run_of(report: Message) -> str | None:
+    """The cluster whose run of reports this one may join (batches.ReportQueue); None: alone."""
+    return report.cluster_id if isinstance(report, HostReport | VmReport) else None
+
+
+def _ended_elsewhere(report: VmReport, entry: PendingEntry) -> bool:
+    """Whether a settled VM did not end up on the host it was placed on (failed, or elsewhere)."""
+    return report.status is VmStatus.FAILED or (report.host_id is not None and report.host_id != entry.host_id)
+
+
+async def _outcome(step: Awaitable[None]) -> BaseException | None:
+    try:
+        await step
+    except Exception as exc:
+        return exc
+    return None
+
+
 def received(report: Message) -> Message:
     """The report with `reported_at` as the contract defines an absent one: the time the state
     tracker takes it. Stored as given, an absent time read as "no heartbeat ever" and put every
@@ -65,16 +86,16 @@ def received(report: Message) -> Message:
 
 
 class StateTracker:
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: Runtime, *, max_batch: int = MAX_BATCH) -> None:
         self.rt = rt
         self.writer = StateWriter(rt.redis, rt.settings, recover=rt.recovery)
         self.pending = PendingStore(rt.redis, rt.settings)
         self.failed_hosts = FailedHosts(rt.redis, rt.settings)
         self.ha_status = HaStatus(rt.redis, rt.settings)
         self.host_gauges = HostGauges(self.writer)
-        # aio-pika runs one task per delivery; tasks reach this FIFO lock in delivery order, so
-        # reports are applied in the order the engine published them.
-        self._order = asyncio.Lock()
+        # aio-pika runs one task per delivery; tasks reach this queue in delivery order, so reports
+        # are applied in the order the engine published them (those waiting together: batches).
+        self.queue = ReportQueue(self._apply, self._apply_run, _run_of, max_batch=max_batch)
         self.removers = rt.settings.admin_user_names | {rt.settings.policy_admin_user}
 
     async def load(self) -> None:
@@ -85,8 +106,7 @@ class StateTracker:
         if isinstance(report, HostRemoved | ClusterRemoved):
             # Checked before taking a turn: a refusal changes nothing, so it waits for no one.
             require_one_of(self.removers, "removals need", REMOVERS, message="event")
-        async with self._order:
-            await self._apply(received(report))
+        await self.queue.submit(received(report))
 
     async def _apply(self, report: Message) -> None:
         if isinstance(report, ResyncComplete):
@@ -127,9 +147,62 @@ class StateTracker:
         await self.pending.clear(report.cluster_id, report.vm_id)
         if entry is None:
             return
-        if report.status is VmStatus.FAILED or (report.host_id is not None and report.host_id != entry.host_id):
+        if _ended_elsewhere(report, entry):
             await self.failed_hosts.remember(report.cluster_id, report.vm_id, entry.host_id)
             log.info("placement failed; host remembered", vm=report.vm_id, host=entry.host_id)
+
+    async def _apply_run(self, cluster_id: str, reports: Sequence[Message]) -> list[BaseException | None]:
+        """Apply a run of one cluster's host and VM reports (batches.ReportQueue): their state in
+        one commit, then the pending records of the VMs that settled in one round trip. Returns
+        each report's outcome. A run that cannot be committed whole is applied one report at a
+        time, so a bad report is refused alone; one that failed because a server is away fails
+        whole (each report is tried again later, as one alone would be)."""
+        if len(reports) == 1:
+            return [await _outcome(self._apply(reports[0]))]
+        state = [r for r in reports if isinstance(r, HostReport | VmReport)]
+        if len(state) != len(reports):
+            raise TypeError("only host and VM reports are applied as a run")
+        try:
+            await self.writer.apply_reports(cluster_id, state)
+        except Exception as exc:
+            if self._away(exc):
+                return [exc] * len(reports)
+            log.warning("a run of reports failed; applying them one at a time", cluster=cluster_id, error=str(exc))
+            return [await _outcome(self._apply(r)) for r in reports]
+        hosts = sum(1 for r in state if isinstance(r, HostReport))
+        STATE_REPORTS.labels("host").inc(hosts)
+        STATE_REPORTS.labels("vm").inc(len(state) - hosts)
+        if hosts:
+            self.host_gauges.export(cluster_id)
+        settled = [r for r in state if isinstance(r, VmReport) and r.status in _SETTLED]
+        outcomes: list[BaseException | None] = [None] * len(reports)
+        if not settled:
+            return outcomes
+        try:
+            await self._settle_all(cluster_id, settled)
+        except Exception as exc:
+            # The state is in: what is left is each settled VM's pending record.
+            where = {id(r): i for i, r in enumerate(reports)}
+            for r in settled:
+                outcomes[where[id(r)]] = exc if self._away(exc) else await _outcome(self._settle(r))
+        return outcomes
+
+    async def _settle_all(self, cluster_id: str, settled: Sequence[VmReport]) -> None:
+        """`_settle` for each of these reports (of one cluster, in order), in one round trip plus one
+        for the failed hosts when there are any. A VM settled twice in the run: its record is the
+        first one's to judge, as the second, alone, would have found none."""
+        taken = await self.pending.take(cluster_id, [r.vm_id for r in settled])
+        tried: list[tuple[str, str]] = []
+        for r in settled:
+            entry = taken.pop(r.vm_id, None)
+            if entry is not None and _ended_elsewhere(r, entry):
+                tried.append((r.vm_id, entry.host_id))
+                log.info("placement failed; host remembered", vm=r.vm_id, host=entry.host_id)
+        await self.failed_hosts.remember_all(cluster_id, tried)
+
+    def _away(self, exc: BaseException) -> bool:
+        """Whether the bus would take `exc` for a server being away (tried again, not refused)."""
+        return self.rt.bus.dispatcher.unavailable(exc) is not None
 
     async def _resync_complete(self, done: ResyncComplete) -> None:
         outcome = await self.rt.recovery.markers.complete(done.cluster_id, done.generation, done.hosts, done.vms)

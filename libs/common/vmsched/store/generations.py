@@ -122,7 +122,7 @@ RESYNC_DONE = "done"
 # Lua for state_scripts.APPLY and _COMPLETE: once the state holds as many hosts and VMs as the
 # engine's full report, the resync is over (the flag turns "done" for the replay window, ms).
 SETTLE_RESYNC = """
-local function settle_resync(flag_key, hosts_key, vms_key, replay_window_ms)
+local function settle_resync(flag_key, hosts_key, vms_key, replay_window_ms, earlier)
   local flag = redis.call('GET', flag_key)
   if not flag then
     return -1
@@ -131,7 +131,14 @@ local function settle_resync(flag_key, hosts_key, vms_key, replay_window_ms)
   if not hosts then
     return -1
   end
-  if redis.call('HLEN', hosts_key) >= tonumber(hosts) and redis.call('HLEN', vms_key) >= tonumber(vms) then
+  hosts, vms = tonumber(hosts), tonumber(vms)
+  local have_hosts, have_vms = redis.call('HLEN', hosts_key), redis.call('HLEN', vms_key)
+  local reached = have_hosts >= hosts and have_vms >= vms
+  -- earlier: offsets h1, v1, h2, v2, ... of the counts after earlier reports of a merged write.
+  for k = 1, #(earlier or {}), 2 do
+    reached = reached or (have_hosts + earlier[k] >= hosts and have_vms + earlier[k + 1] >= vms)
+  end
+  if reached then
     redis.call('SET', flag_key, gen .. ' done', 'PX', replay_window_ms)
     return 1
   end

@@ -34,6 +34,17 @@ class FailedHosts:
             pipe.pexpire(key, self._ttl_ms)
             await pipe.execute()
 
+    async def remember_all(self, cluster_id: str, tried: Sequence[tuple[str, str]]) -> None:
+        """`remember` for several (vm_id, host_id) pairs, in one round trip."""
+        if not tried:
+            return
+        async with self._redis.pipeline(transaction=True) as pipe:
+            for vm_id, host_id in tried:
+                key = self._keys.tried(cluster_id, vm_id)
+                pipe.sadd(key, host_id)
+                pipe.pexpire(key, self._ttl_ms)
+            await pipe.execute()
+
     async def of(self, cluster_id: str, vm_id: str) -> set[str]:
         return {text(h) for h in await self._redis.smembers(self._keys.tried(cluster_id, vm_id))}
 

@@ -80,6 +80,27 @@ redis.call('INCR', KEYS[2])
 return 1
 """
 
+# KEYS[1] pending, KEYS[2] pending-version; ARGV vm ids.
+# Removes each VM's record; returns the records, in ARGV's order (false: the VM had none). The
+# version moves once however many went: a waiter needs a change, not a count of them.
+_TAKE = """
+local out, n = {}, 0
+for i = 1, #ARGV do
+  local v = redis.call('HGET', KEYS[1], ARGV[i])
+  if v then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    n = n + 1
+    out[i] = v
+  else
+    out[i] = false
+  end
+end
+if n > 0 then
+  redis.call('INCR', KEYS[2])
+end
+return out
+"""
+
 # KEYS[1] pending, KEYS[2] pending-version; ARGV vm_id, exact json pairs.
 # Deletes a record only if it is still the exact one seen expired (a VM placed again since keeps
 # its new record). Returns {removed, pending version after}.
@@ -118,6 +139,7 @@ class PendingStore:
         self._record = redis.register_script(_RECORD)
         self._clear = redis.register_script(_CLEAR)
         self._drop = redis.register_script(_DROP)
+        self._take = redis.register_script(_TAKE)
 
     async def record(self, cluster_id: str, entries: Sequence[PendingEntry], token: int) -> int:
         """Add (or replace) the VMs' records atomically, if `token` is still the cluster's latest
@@ -237,6 +259,26 @@ class PendingStore:
             return PendingEntry.model_validate_json(raw)
         except ValidationError:
             return None
+
+    async def take(self, cluster_id: str, vm_ids: Sequence[str]) -> dict[str, PendingEntry | None]:
+        """Remove the records of these VMs, in one round trip; returns, for each VM that had one,
+        what `get` would have read just before (None for a record that cannot be read: removed
+        all the same, as `clear` removes it). VMs without a record are not in the result."""
+        wanted = list(dict.fromkeys(vm_ids))
+        if not wanted:
+            return {}
+        raw = await self._take(
+            keys=[self._keys.pending(cluster_id), self._keys.pending_version(cluster_id)], args=wanted
+        )
+        taken: dict[str, PendingEntry | None] = {}
+        for vm_id, blob in zip(wanted, raw, strict=True):
+            if blob is None:
+                continue
+            try:
+                taken[vm_id] = PendingEntry.model_validate_json(blob)
+            except ValidationError:
+                taken[vm_id] = None
+        return taken
 
     async def counts(self, cluster_ids: Sequence[str], now: float | None = None) -> dict[str, int]:
         """How many unexpired records each cluster holds (for the pending gauge). Read only: expired

@@ -31,7 +31,9 @@ from vmsched.store.generations import CHECK_GENERATION, GENERATION_LOST, SETTLE_
 #       [5] kind, [6] changed or removed host ids (JSON list), [7] number of host pairs, host_id,
 #       json, ..., then number of vm pairs, vm_id, json, ..., then number of vm deletions, vm_id,
 #       ..., then number of host deletions, host_id, ...
-#       then the replay window (ms) of a resync that this write completes.
+#       then the replay window (ms) of a resync that this write completes, then the number of
+#       earlier (hosts, VMs) counts of a merged write, their offsets from the final ones, ...
+#       (store.state_batch: a resync settles if it would have after any report of the run).
 # Returns {1, new version} or {0, current version} when the expected version is not current, or
 # {GENERATION_LOST, 0} when Redis forgot the cluster's generation (store.generations). Versions
 # are stamps of the generation: the first write of a new generation goes on from its base.
@@ -87,7 +89,13 @@ local vs = string.format('%d', v)
 redis.call('SET', KEYS[1], vs)
 redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[2], vs .. '-0',
   'hosts', ARGV[6], 'cluster', settings_changed, 'kind', ARGV[5])
-settle_resync(KEYS[8], KEYS[2], KEYS[3], ARGV[i])
+local window = ARGV[i]; i = i + 1
+local earlier = {}
+n = tonumber(ARGV[i] or '0'); i = i + 1
+for k = 1, 2 * n do
+  earlier[k] = tonumber(ARGV[i]); i = i + 1
+end
+settle_resync(KEYS[8], KEYS[2], KEYS[3], window, earlier)
 return {1, v}
 """
 )

@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import redis.asyncio as aioredis
@@ -31,6 +31,7 @@ from vmsched.settings import Settings
 from vmsched.store.generations import GENERATION_LOST, Recover, counter_of, stamp
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text as _text
+from vmsched.store.state_batch import StateWrite, merge
 from vmsched.store.state_records import parse_stored
 from vmsched.store.state_scripts import APPLY, REMOVE_CLUSTER
 
@@ -106,16 +107,32 @@ class _Cluster:
         del samples[:-CPU_SAMPLES_KEPT]
 
 
-@dataclass
-class _Write:
-    """What one apply changes in Redis."""
+def _host_change(c: _Cluster, report: HostReport) -> StateWrite:
+    c.put_host(report)
+    c.record_load(report)
+    return StateWrite(kind="host", hosts=[report.host_id])
 
-    kind: str
-    hosts: list[str] = field(default_factory=list)
-    vms_set: list[VmReport] = field(default_factory=list)
-    vms_deleted: list[str] = field(default_factory=list)
-    settings: ClusterReport | None = None
-    hosts_deleted: list[str] = field(default_factory=list)
+
+def _vm_change(c: _Cluster, report: VmReport) -> StateWrite:
+    old = c.drop_vm(report.vm_id)
+    touched = {old.host_id} if old is not None and old.host_id is not None else set()
+    write = StateWrite(kind="vm")
+    if counts_on_host(report):
+        assert report.host_id is not None
+        c.put_vm(report)
+        touched.add(report.host_id)
+        write.vms_set.append(report)
+    else:
+        write.vms_deleted.append(report.vm_id)
+    # Nova's build-failure counter: failed starts since the host's last successful one.
+    if report.host_id is not None and report.status is VmStatus.FAILED:
+        c.build_failures[report.host_id] = c.build_failures.get(report.host_id, 0) + 1
+        touched.add(report.host_id)
+    elif report.host_id is not None and report.status is VmStatus.RUNNING and c.build_failures.pop(report.host_id, 0):
+        touched.add(report.host_id)
+    # A host with no report yet has no HostState; its VMs are counted once it reports.
+    write.hosts = sorted(h for h in touched if h in c.hosts)
+    return write
 
 
 class StateWriter:
@@ -177,7 +194,7 @@ class StateWriter:
                 if stale:
                     log.info("host aggregates repaired on load", cluster=cid, hosts=stale)
                     try:
-                        committed = await self._commit(cluster, _Write(kind="repair", hosts=stale))
+                        committed = await self._commit(cluster, StateWrite(kind="repair", hosts=stale))
                     except GenerationLost:
                         committed = None  # Redis forgot it: the next apply recovers it
                     if committed is None:
@@ -187,50 +204,38 @@ class StateWriter:
 
     # ------------------------------------------------------------------ applying reports
     async def apply_cluster(self, report: ClusterReport) -> int:
-        def change(c: _Cluster) -> _Write:
+        def change(c: _Cluster) -> StateWrite:
             c.settings = report
-            return _Write(kind="cluster", settings=report)
+            return StateWrite(kind="cluster", settings=report)
 
         return await self._apply_change(report.cluster_id, change)
 
     async def apply_host(self, report: HostReport) -> int:
-        def change(c: _Cluster) -> _Write:
-            c.put_host(report)
-            c.record_load(report)
-            return _Write(kind="host", hosts=[report.host_id])
-
-        return await self._apply_change(report.cluster_id, change)
+        return await self._apply_change(report.cluster_id, lambda c: _host_change(c, report))
 
     async def apply_vm(self, report: VmReport) -> int:
         """A VM that counts (starting, running, migrating on a host) is stored and counted on its
         host; any other status removes it. A VM that moved updates both hosts."""
+        return await self._apply_change(report.cluster_id, lambda c: _vm_change(c, report))
 
-        def change(c: _Cluster) -> _Write:
-            old = c.drop_vm(report.vm_id)
-            touched = {old.host_id} if old is not None and old.host_id is not None else set()
-            write = _Write(kind="vm")
-            if counts_on_host(report):
-                assert report.host_id is not None
-                c.put_vm(report)
-                touched.add(report.host_id)
-                write.vms_set.append(report)
-            else:
-                write.vms_deleted.append(report.vm_id)
-            # Nova's build-failure counter: failed starts since the host's last successful one.
-            if report.host_id is not None and report.status is VmStatus.FAILED:
-                c.build_failures[report.host_id] = c.build_failures.get(report.host_id, 0) + 1
-                touched.add(report.host_id)
-            elif (
-                report.host_id is not None
-                and report.status is VmStatus.RUNNING
-                and c.build_failures.pop(report.host_id, 0)
-            ):
-                touched.add(report.host_id)
-            # A host with no report yet has no HostState; its VMs are counted once it reports.
-            write.hosts = sorted(h for h in touched if h in c.hosts)
-            return write
+    async def apply_reports(self, cluster_id: str, reports: Sequence[HostReport | VmReport]) -> int:
+        """Apply a run of one cluster's host and VM reports in order, as one commit and one version:
+        the state stored is the one applying them one at a time leaves (vmsched.store.state_batch).
+        Returns the new version (the current one for an empty run)."""
+        if any(r.cluster_id != cluster_id for r in reports):
+            raise ValueError(f"a run applied to cluster {cluster_id} has reports of another cluster")
+        if not reports:
+            return self.version(cluster_id)
 
-        return await self._apply_change(report.cluster_id, change)
+        def change(c: _Cluster) -> StateWrite:
+            writes: list[StateWrite] = []
+            counts: list[tuple[int, int]] = []
+            for r in reports:
+                writes.append(_host_change(c, r) if isinstance(r, HostReport) else _vm_change(c, r))
+                counts.append((len(c.hosts), len(c.vms)))
+            return merge(writes, counts)
+
+        return await self._apply_change(cluster_id, change)
 
     # ------------------------------------------------------------------ removing
     async def remove_hosts(self, cluster_id: str, host_ids: Iterable[str]) -> int:
@@ -240,12 +245,12 @@ class StateWriter:
         Returns the cluster's version after."""
         wanted = set(host_ids)
 
-        def change(c: _Cluster) -> _Write | None:
+        def change(c: _Cluster) -> StateWrite | None:
             gone = sorted(h for h in wanted if h in c.hosts)
             if not gone:
                 return None
             vms = [vm for h in gone for vm in c.drop_host(h)]
-            return _Write(kind="host-removed", hosts_deleted=gone, vms_deleted=vms)
+            return StateWrite(kind="host-removed", hosts_deleted=gone, vms_deleted=vms)
 
         version = await self._apply_change(cluster_id, change)
         c = self._clusters.get(cluster_id)
@@ -318,7 +323,7 @@ class StateWriter:
             lock = self._locks[cluster_id] = asyncio.Lock()
         return lock
 
-    async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], _Write | None]) -> int:
+    async def _apply_change(self, cluster_id: str, change: Callable[[_Cluster], StateWrite | None]) -> int:
         async with self._lock(cluster_id):
             try:
                 return await self._apply_locked(cluster_id, change)
@@ -331,7 +336,7 @@ class StateWriter:
             await self._recover(cluster_id)
             return await self._apply_locked(cluster_id, change)
 
-    async def _apply_locked(self, cluster_id: str, change: Callable[[_Cluster], _Write | None]) -> int:
+    async def _apply_locked(self, cluster_id: str, change: Callable[[_Cluster], StateWrite | None]) -> int:
         for attempt in range(2):
             cluster = self._clusters.get(cluster_id)
             if cluster is None:
@@ -357,7 +362,7 @@ class StateWriter:
             location=f"cluster.{cluster_id}",
         )
 
-    async def _commit(self, c: _Cluster, w: _Write) -> int | None:
+    async def _commit(self, c: _Cluster, w: StateWrite) -> int | None:
         """Write one change; the new version, or None if Redis was not at c.version."""
         args: list[str | int] = [
             c.version,
@@ -378,6 +383,9 @@ class StateWriter:
         args.append(len(w.hosts_deleted))
         args += w.hosts_deleted
         args.append(self._replay_window_ms)
+        args.append(len(w.earlier_counts))
+        for hosts, vms in w.earlier_counts:
+            args += [hosts, vms]
         cid = c.cluster_id
         await self._list(cid, again=counter_of(c.version) == 0)
         ok, version = await self._apply(
