@@ -25,7 +25,9 @@ from hypothesis import settings as hyp_settings
 from hypothesis import strategies as st
 
 from tests.factories import first_generation, host_report, vm_report
-from vmsched.bus.dispatch import Dispatcher
+from vmsched import constants
+from vmsched.bus.codec import encode, type_name
+from vmsched.bus.dispatch import Delivery, Dispatcher, Transport
 from vmsched.contracts import (
     ClusterReport,
     HostRemoved,
@@ -39,7 +41,7 @@ from vmsched.contracts import (
 )
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
-from vmsched.store import Keys, PendingStore, StateWriter
+from vmsched.store import Keys, PendingStore, StateWriter, state_writer
 from vmsched.store.generations import GenerationMarkers
 from vmsched.store.memories import FailedHosts
 from vmsched.store.redis import text, unavailable
@@ -283,3 +285,139 @@ async def test_a_vm_settled_twice_in_a_batch_is_judged_by_its_first_report(
     stored = await _both(redis_client, settings, steps)
     assert stored["ca"]["tried"] == {"vm-1": set(), "vm-2": {"h1"}, "vm-3": set(), "vm-4": set()}
     assert stored["ca"]["pending"] == {}
+
+
+class _Broker(Transport):
+    """What the dispatcher did with one delivery: acked, or dead-lettered with a reason."""
+
+    def __init__(self) -> None:
+        self.outcome = ""
+        self.reason = ""
+
+    async def reply(self, body: bytes, *, type_: str, error: bool) -> None:
+        raise AssertionError("events get no reply")
+
+    async def dead_letter(self, body: bytes, headers: dict[str, Any]) -> None:
+        self.reason = str(headers[constants.HEADER_DLX_REASON])
+
+    async def retry(self, headers: dict[str, Any]) -> None:
+        self.outcome = "retried"
+
+    async def ack(self) -> None:
+        self.outcome = self.outcome or ("dead-lettered" if self.reason else "acked")
+
+    async def reject(self) -> None:
+        self.outcome = "rejected"
+
+
+async def _deliver_burst(
+    tracker: StateTracker, cfg: Settings, reports: Sequence[HostReport | VmReport]
+) -> list[_Broker]:
+    """The reports delivered together (as a prefetch window is) to the tracker's handler through the
+    bus's dispatcher; returns what became of each."""
+    dispatcher = Dispatcher(cfg, "state-tracker", [unavailable])
+    models: dict[str, type[Message]] = {m.__name__: m for m in (HostReport, VmReport)}
+    brokers = [_Broker() for _ in reports]
+    deliveries = [
+        Delivery(
+            queue=constants.STATE_EVENTS_QUEUE,
+            body=encode(r),
+            routing_key=(constants.host_report_key if isinstance(r, HostReport) else constants.vm_report_key)(
+                r.cluster_id
+            ),
+            type=type_name(r),
+        )
+        for r in reports
+    ]
+    await asyncio.gather(
+        *(dispatcher.event(d, b, models, tracker.on_report) for d, b in zip(deliveries, brokers, strict=True))
+    )
+    return brokers
+
+
+def _vm(cluster: str, vm_id: str, host_id: str = "h1") -> VmReport:
+    return vm_report(cluster, vm_id, host_id, mem_mb=512, vcpus=1, reported_at=T0)
+
+
+async def test_a_report_the_writer_refuses_is_dead_lettered_alone_and_the_rest_of_its_batch_applied(
+    redis_client: aioredis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One report of a run cannot be applied (the writer raises on it): the run is applied one
+    report at a time, that one dead-lettered with its reason, every other acked and in the state."""
+    real = state_writer._vm_change
+
+    def refusing(cluster: Any, report: VmReport) -> Any:
+        if report.vm_id == "poison":
+            raise ValueError("vm poison cannot be applied")
+        return real(cluster, report)
+
+    monkeypatch.setattr(state_writer, "_vm_change", refusing)
+    cfg = _prefixed(settings)
+    tracker = _tracker(redis_client, cfg)
+    host = host_report("ca", "h1", cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000, reported_at=T0)
+    burst: list[HostReport | VmReport] = [
+        host,
+        _vm("ca", "vm-1"),
+        _vm("ca", "poison"),
+        _vm("ca", "vm-2"),
+        _vm("cb", "vm-3"),
+    ]
+    brokers = await _deliver_burst(tracker, cfg, burst)
+
+    assert [b.outcome for b in brokers] == ["acked", "acked", "dead-lettered", "acked", "acked"]
+    assert "vm poison cannot be applied" in brokers[2].reason
+    snap = tracker.writer.snapshot("ca")
+    assert snap is not None
+    assert [vm.vm_id for vm in snap.vms] == ["vm-1", "vm-2"]
+    assert [(h.report.host_id, h.vm_count) for h in snap.hosts] == [("h1", 2)]
+    stored = StateWriter(redis_client, cfg)
+    await stored.load(["ca", "cb"])
+    assert stored.snapshot("ca") == snap
+    assert [vm.vm_id for vm in stored.snapshot("cb").vms] == ["vm-3"]  # type: ignore[union-attr]
+
+
+async def test_reports_of_an_unreadable_cluster_are_dead_lettered_and_the_other_clusters_applied(
+    redis_client: aioredis.Redis, settings: Settings
+) -> None:
+    """A cluster whose stored state cannot be read refuses its reports (as it always did, now in a
+    batch): each is dead-lettered saying why; the other cluster's reports in the same burst apply."""
+    cfg = _prefixed(settings)
+    k = Keys.from_settings(cfg)
+    await redis_client.hset(k.state_hosts("broken"), "h1", b'{"not": "a host state"}')
+    tracker = _tracker(redis_client, cfg)
+    assert await tracker.writer.load(["broken"]) == []  # skipped, and refused from now on
+    burst: list[HostReport | VmReport] = [
+        _vm("ok", "vm-1"),
+        _vm("broken", "vm-2"),
+        _vm("ok", "vm-3"),
+        _vm("broken", "vm-4"),
+    ]
+    brokers = await _deliver_burst(tracker, cfg, burst)
+
+    assert [b.outcome for b in brokers] == ["acked", "dead-lettered", "acked", "dead-lettered"]
+    assert "ValidationError" in brokers[1].reason
+    snap = tracker.writer.snapshot("ok")
+    assert snap is not None
+    assert snap.version == 1  # both in one commit
+    assert [vm.vm_id for vm in snap.vms] == ["vm-1", "vm-3"]
+
+
+async def test_a_burst_of_running_reports_costs_two_round_trips(
+    counted: tuple[aioredis.Redis, list[str]], settings: Settings
+) -> None:
+    """32 VMs placed, reported running together: one state commit and one pending round trip, not
+    three or four round trips per report."""
+    client, sent = counted
+    cfg = _prefixed(settings)
+    tracker = _tracker(client, cfg)
+    host = host_report("ca", "h1", cpu_cores=64, physical_mem_mb=320_000, mem_free_mb=300_000, reported_at=T0)
+    await tracker.on_report(host)
+    vms = [f"vm-{n}" for n in range(32)]
+    await _place(client, cfg, "ca", dict.fromkeys(vms, "h1"))
+    sent.clear()
+    brokers = await _deliver_burst(tracker, cfg, [_vm("ca", vm) for vm in vms])
+
+    assert {b.outcome for b in brokers} == {"acked"}
+    assert sent == ["EVALSHA", "EVALSHA"], sent
+    assert await client.hlen(Keys.from_settings(cfg).pending("ca")) == 0
+    assert tracker.writer.version("ca") == 2
