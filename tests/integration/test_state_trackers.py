@@ -56,6 +56,7 @@ async def test_two_trackers_apply_one_hosts_reports_in_order_across_a_takeover(s
         await second.aclose()
         await first.aclose()
     assert [h.report.mem_free_mb for h in final.hosts] == [1000 + REPORTS - 1]
-    # Every report applied, one version each, in order: never an earlier report after a later one.
-    assert final.version == REPORTS
+    # Every report applied in order: never an earlier report after a later one. Reports that waited
+    # together were applied as one version (state_tracker.batches), so at most one version each.
+    assert 1 <= final.version <= REPORTS
     assert seen == sorted(seen), [b for a, b in itertools.pairwise(seen) if b < a][:5]

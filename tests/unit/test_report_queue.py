@@ -202,3 +202,27 @@ def test_every_cluster_sees_its_reports_and_the_barriers_in_submission_order(
             assert all(_run_of(r) == cluster for r in reports)
 
     asyncio.run(scenario())
+
+
+async def test_closing_cancels_the_batch_and_the_waiting_and_refuses_more() -> None:
+    blocked = asyncio.Event()
+    applied: list[str] = []
+
+    async def run(cluster: str, reports: Sequence[Message]) -> list[BaseException | None]:
+        await blocked.wait()
+        applied.append(cluster)
+        return [None] * len(reports)
+
+    q = ReportQueue(Recorder().one, run, _run_of)
+    taken = asyncio.ensure_future(q.submit(_host("a", 0)))
+    await asyncio.sleep(0.01)  # report 0 is being applied
+    waiting = asyncio.ensure_future(q.submit(_host("b", 1)))
+    await asyncio.sleep(0)
+    q.close()
+    blocked.set()
+    results = await asyncio.gather(taken, waiting, return_exceptions=True)
+    assert all(isinstance(r, asyncio.CancelledError) for r in results), results
+    assert applied == []
+    with pytest.raises(asyncio.CancelledError):
+        await q.submit(_host("a", 2))
+    assert applied == []

@@ -53,6 +53,7 @@ class ReportQueue:
         self._max_batch = max_batch
         self._waiting: deque[_Waiting] = deque()
         self._drain: asyncio.Task[None] | None = None
+        self._closed = False
 
     def __len__(self) -> int:
         """Reports waiting to be taken (not those being applied)."""
@@ -62,6 +63,9 @@ class ReportQueue:
         """Apply `report` after every report submitted before it; returns once it is in Redis, or
         raises what applying it raised. Queued before the first await, so reports are applied in
         the order their handlers were called."""
+        if self._closed:
+            # The service is stopping: the report is left unacked, for the broker to deliver again.
+            raise asyncio.CancelledError("the state tracker is stopping")
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiting.append((report, done))
         if self._drain is None or self._drain.done():
@@ -71,9 +75,21 @@ class ReportQueue:
         # the report if it has not taken it yet, as a handler waiting for its turn never applied it.
         await done
 
+    def close(self) -> None:
+        """Stop applying: the batch being applied is cancelled where it is, and every handler still
+        waiting is cancelled (its report unacked: the broker delivers it again, to this tracker's
+        successor). Without it, a stopped tracker's drain could apply a report after its successor
+        had applied later ones. Synchronous, so a shutdown that cancels its caller cannot cut it short."""
+        self._closed = True
+        for _, done in self._waiting:
+            done.cancel()
+        self._waiting.clear()
+        if self._drain is not None:
+            self._drain.cancel()
+
     async def _run(self) -> None:
         try:
-            while self._waiting:
+            while self._waiting and not self._closed:
                 batch = [self._waiting.popleft() for _ in range(min(len(self._waiting), self._max_batch))]
                 await self._apply(batch)
         except BaseException as exc:

@@ -243,6 +243,16 @@ async def start(rt: Runtime) -> None:
     if rt.settings.metrics_port:
         rt.spawn(Refresher(rt, tracker.writer).run(), name="gauges")
     rt.spawn(_ask_again_every(tracker, rt.settings.resync_repeat_s), name="resync-requests")
+    rt.spawn(_close_when_stopped(tracker), name="state-reports-closer")
+
+
+async def _close_when_stopped(tracker: StateTracker) -> None:
+    """Runs until the runtime stops (Runtime.close cancels its tasks before it closes the bus), then
+    stops the report queue: nothing is applied once the service is stopping."""
+    try:
+        await asyncio.Event().wait()
+    finally:
+        tracker.queue.close()
 
 
 async def _ask_again_every(tracker: StateTracker, interval_s: float) -> None:
