@@ -13,6 +13,9 @@ any other sender, as the broker vouches for it (AMQP user_id), they are refused 
 dead-lettered with why, so an engine's credentials cannot delete a cluster's state.
 Order matters: the state is applied (version bumped) *before* the pending record is cleared, and
 the selector reads pending *before* the state version, so a VM is never counted nowhere.
+Reports that wait together are applied together (state_tracker.batches): a run of one cluster's
+host and VM reports is one state commit, then one round trip takes the pending records of the VMs
+it settled; what is stored is what applying them one at a time stores.
 """
 
 from __future__ import annotations

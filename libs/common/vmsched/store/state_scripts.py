@@ -2,7 +2,7 @@
 
 Layout per cluster (key names in vmsched.store.keys):
 
-- state:version   an integer, +1 per applied report;
+- state:version   an integer, +1 per commit (one report, or a run of them: store.state_batch);
 - state:hosts     hash host_id -> HostState JSON (the last report plus what its VMs add up to);
 - state:vms       hash vm_id -> VmReport JSON of the VMs that count (starting, running, migrating);
 - state:cluster   ClusterReport JSON (cluster-wide settings);
