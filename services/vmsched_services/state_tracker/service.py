@@ -21,8 +21,9 @@ it settled; what is stored is what applying them one at a time stores.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import cast
 
 from vmsched import constants as c
 from vmsched.contracts import (
@@ -71,14 +72,6 @@ def _ended_elsewhere(report: VmReport, entry: PendingEntry) -> bool:
     return report.status is VmStatus.FAILED or (report.host_id is not None and report.host_id != entry.host_id)
 
 
-async def _outcome(step: Awaitable[None]) -> BaseException | None:
-    try:
-        await step
-    except Exception as exc:
-        return exc
-    return None
-
-
 def received(report: Message) -> Message:
     """The report with `reported_at` as the contract defines an absent one: the time the state
     tracker takes it. Stored as given, an absent time read as "no heartbeat ever" and put every
@@ -116,15 +109,10 @@ class StateTracker:
             await self._resync_complete(report)
         elif isinstance(report, ResyncRequested):
             return  # vmsched's own request to the engine, seen on the way (state.#): nothing to apply
-        elif isinstance(report, HostReport):
-            await self.writer.apply_host(report)
-            STATE_REPORTS.labels("host").inc()
-            self.host_gauges.export(report.cluster_id)
-        elif isinstance(report, VmReport):
-            await self.writer.apply_vm(report)
-            STATE_REPORTS.labels("vm").inc()
-            if report.status in _SETTLED:
-                await self._settle(report)
+        elif isinstance(report, HostReport | VmReport):
+            (failure,) = await self._apply_run(report.cluster_id, [report])
+            if failure is not None:
+                raise failure
         elif isinstance(report, ClusterReport):
             await self.writer.apply_cluster(report)
             STATE_REPORTS.labels("cluster").inc()
@@ -142,66 +130,57 @@ class StateTracker:
             self.host_gauges.forget(report.cluster_id)
             log.info("cluster removed", cluster=report.cluster_id, version=had)
 
-    async def _settle(self, report: VmReport) -> None:
-        """The VM's start or migration is over: clear its pending record, and when it did not end up
-        on the host it was placed on (failed, or still on its source), remember that host so the
-        VM's next migrations avoid it (the Retry idea)."""
-        entry = await self.pending.get(report.cluster_id, report.vm_id)
-        await self.pending.clear(report.cluster_id, report.vm_id)
-        if entry is None:
-            return
-        if _ended_elsewhere(report, entry):
-            await self.failed_hosts.remember(report.cluster_id, report.vm_id, entry.host_id)
-            log.info("placement failed; host remembered", vm=report.vm_id, host=entry.host_id)
-
     async def _apply_run(self, cluster_id: str, reports: Sequence[Message]) -> list[BaseException | None]:
-        """Apply a run of one cluster's host and VM reports (batches.ReportQueue): their state in
-        one commit, then the pending records of the VMs that settled in one round trip. Returns
-        each report's outcome. A run that cannot be committed whole is applied one report at a
-        time, so a bad report is refused alone; one that failed because a server is away fails
-        whole (each report is tried again later, as one alone would be)."""
-        if len(reports) == 1:
-            return [await _outcome(self._apply(reports[0]))]
+        """Apply a run of one cluster's host and VM reports (batches.ReportQueue; a lone report is a
+        run of one): their state in one commit, then, for the VMs it settled, the pending records
+        in one round trip (state first: see the module docstring). Returns each report's outcome.
+        A run that fails is applied again one report at a time, so a bad report is refused alone;
+        one that failed because a server is away fails whole (each report is tried again later, as
+        one alone would be)."""
         state = [r for r in reports if isinstance(r, HostReport | VmReport)]
         if len(state) != len(reports):
             raise TypeError("only host and VM reports are applied as a run")
         try:
             await self.writer.apply_reports(cluster_id, state)
         except Exception as exc:
-            if self._away(exc):
-                return [exc] * len(reports)
+            if len(state) == 1 or self._away(exc):
+                return [exc] * len(state)
             log.warning("a run of reports failed; applying them one at a time", cluster=cluster_id, error=str(exc))
-            return [await _outcome(self._apply(r)) for r in reports]
+            return [outcome for r in state for outcome in await self._apply_run(cluster_id, [r])]
         hosts = sum(1 for r in state if isinstance(r, HostReport))
         STATE_REPORTS.labels("host").inc(hosts)
         STATE_REPORTS.labels("vm").inc(len(state) - hosts)
         if hosts:
             self.host_gauges.export(cluster_id)
-        settled = [r for r in state if isinstance(r, VmReport) and r.status in _SETTLED]
-        outcomes: list[BaseException | None] = [None] * len(reports)
-        if not settled:
-            return outcomes
-        try:
-            await self._settle_all(cluster_id, settled)
-        except Exception as exc:
-            # The state is in: what is left is each settled VM's pending record.
-            where = {id(r): i for i, r in enumerate(reports)}
-            for r in settled:
-                outcomes[where[id(r)]] = exc if self._away(exc) else await _outcome(self._settle(r))
+        outcomes: list[BaseException | None] = [None] * len(state)
+        settled = [i for i, r in enumerate(state) if isinstance(r, VmReport) and r.status in _SETTLED]
+        if settled:
+            failures = await self._settle(cluster_id, [cast(VmReport, state[i]) for i in settled])
+            for i, failure in zip(settled, failures, strict=True):
+                outcomes[i] = failure
         return outcomes
 
-    async def _settle_all(self, cluster_id: str, settled: Sequence[VmReport]) -> None:
-        """`_settle` for each of these reports (of one cluster, in order), in one round trip plus one
-        for the failed hosts when there are any. A VM settled twice in the run: its record is the
-        first one's to judge, as the second, alone, would have found none."""
-        taken = await self.pending.take(cluster_id, [r.vm_id for r in settled])
-        tried: list[tuple[str, str]] = []
-        for r in settled:
-            entry = taken.pop(r.vm_id, None)
-            if entry is not None and _ended_elsewhere(r, entry):
-                tried.append((r.vm_id, entry.host_id))
-                log.info("placement failed; host remembered", vm=r.vm_id, host=entry.host_id)
-        await self.failed_hosts.remember_all(cluster_id, tried)
+    async def _settle(self, cluster_id: str, settled: Sequence[VmReport]) -> list[BaseException | None]:
+        """These VMs' starts or migrations are over (reports of one cluster, in order, their state
+        applied): clear their pending records, and for a VM that did not end up on the host it was
+        placed on (failed, or still on its source), remember that host so its next migrations
+        avoid it (the Retry idea). One round trip, plus one for the failed hosts when there are
+        any. A VM settled twice: its record is the first report's to judge, as the second, alone,
+        would have found none. Returns each report's outcome (its state is in either way)."""
+        try:
+            taken = await self.pending.take(cluster_id, [r.vm_id for r in settled])
+            tried: list[tuple[str, str]] = []
+            for r in settled:
+                entry = taken.pop(r.vm_id, None)
+                if entry is not None and _ended_elsewhere(r, entry):
+                    tried.append((r.vm_id, entry.host_id))
+                    log.info("placement failed; host remembered", vm=r.vm_id, host=entry.host_id)
+            await self.failed_hosts.remember_all(cluster_id, tried)
+        except Exception as exc:
+            if len(settled) == 1 or self._away(exc):
+                return [exc] * len(settled)
+            return [failure for r in settled for failure in await self._settle(cluster_id, [r])]
+        return [None] * len(settled)
 
     def _away(self, exc: BaseException) -> bool:
         """Whether the bus would take `exc` for a server being away (tried again, not refused)."""
