@@ -25,6 +25,18 @@ async def test_failed_hosts_accumulate_per_vm_and_expire(
     assert await hosts.of(unique, "vm1") == set()
 
 
+async def test_failed_hosts_remembered_together_are_remembered_as_one_by_one(
+    redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    hosts = FailedHosts(redis_client, settings.model_copy(update={"failed_host_memory_s": 0.3}))
+    await hosts.remember_all(unique, [("vm1", "h1"), ("vm2", "h1"), ("vm1", "h2")])
+    await hosts.remember_all(unique, [])
+    assert await hosts.of(unique, "vm1") == {"h1", "h2"}
+    assert await hosts.of(unique, "vm2") == {"h1"}
+    await asyncio.sleep(0.5)
+    assert await hosts.of(unique, "vm1") == await hosts.of(unique, "vm2") == set()
+
+
 async def test_a_migrated_vm_rests_for_the_cooldown_and_zero_disables_it(
     redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:

@@ -99,6 +99,27 @@ async def test_clear_is_true_exactly_once(pending: PendingStore, locks: ClusterL
     assert await pending.version(cluster) == before + 1
 
 
+async def test_take_removes_many_records_in_one_change(
+    pending: PendingStore, locks: ClusterLock, redis_client: aioredis.Redis, settings: Settings, unique: str
+) -> None:
+    """The state tracker's settle of a batch: each VM's record as `get` read it, all removed, the
+    version moved once; VMs without one are left out; an unreadable record goes as None."""
+    cluster = f"c-{unique}"
+    async with locks.hold(cluster) as lease:
+        kept = pending_entry("vm-3", "h2", lease.token)
+        entries = [pending_entry("vm-1", "h1", lease.token), pending_entry("vm-2", "h2", lease.token), kept]
+        await pending.record(cluster, entries, lease.token)
+    await redis_client.hset(Keys.from_settings(settings).pending(cluster), "vm-bad", b"{not json")
+    before = await pending.version(cluster)
+    taken = await pending.take(cluster, ["vm-2", "vm-unknown", "vm-1", "vm-bad", "vm-1"])
+    assert taken == {"vm-2": entries[1], "vm-1": entries[0], "vm-bad": None}
+    assert await pending.version(cluster) == before + 1
+    assert await pending.read(cluster) == [kept]
+    assert await pending.take(cluster, ["vm-1", "vm-unknown"]) == {}
+    assert await pending.version(cluster) == before + 1  # nothing removed: no change
+    assert await pending.take(cluster, []) == {}
+
+
 async def test_clear_on_host_only_clears_that_host(pending: PendingStore, locks: ClusterLock, unique: str) -> None:
     cluster = f"c-{unique}"
     async with locks.hold(cluster) as lease:
