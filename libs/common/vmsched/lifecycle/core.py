@@ -30,6 +30,7 @@ from vmsched.lifecycle.commit import Commit
 from vmsched.lifecycle.decisions import error_decision, expired, expired_decision
 from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.groups import Groups
+from vmsched.lifecycle.lookups import Lookups
 from vmsched.lifecycle.placing import Placing
 from vmsched.lifecycle.replay import Stored, same_request
 from vmsched.lifecycle.routes import UnitRoutes
@@ -74,6 +75,8 @@ class Lifecycle:
         self.locks = locks
         self.pending = pending
         self.decisions = decisions
+        # The arrival reads of stored decisions, coalesced per cluster under load.
+        self.lookups = Lookups(decisions)
         # A claim on re-publishing lasts about two lock leases: far longer than a publish and its
         # marking take, and a replay finding a dead claimant's claim waits for no more than that.
         self.events = Events(bus, decisions, timer, claim_s=2 * settings.lock_lease_s)
@@ -130,7 +133,7 @@ class Lifecycle:
         started = time.perf_counter()
         stages: Stages = {}
         fingerprint = request_fingerprint(req)
-        found = await self.decisions.record(req.cluster_id, req.request_id)
+        found = await self.lookups.record(req.cluster_id, req.request_id)
         if found is not None:
             return await self._replay(req, found, fingerprint, stages)
         policy_name: str | None = None
