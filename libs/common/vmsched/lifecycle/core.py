@@ -43,6 +43,7 @@ from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 from vmsched.store.generations import Recover
+from vmsched.store.group_writes import GroupWrites
 from vmsched.tracing import current_span, span
 
 # Under the selector's name: the selector is the service whose work these lines report.
@@ -67,6 +68,7 @@ class Lifecycle:
         locks: ClusterLock,
         pending: PendingStore,
         decisions: DecisionStore,
+        writes: GroupWrites,
         routes: UnitRoutes | None = None,
     ) -> None:
         self.settings = settings
@@ -80,7 +82,7 @@ class Lifecycle:
         # A claim on re-publishing lasts about two lock leases: far longer than a publish and its
         # marking take, and a replay finding a dead claimant's claim waits for no more than that.
         self.events = Events(bus, decisions, timer, claim_s=2 * settings.lock_lease_s)
-        self.commit = Commit(pending, decisions, self.events, timer, settings.decision_ttl_s)
+        self.commit = Commit(writes, self.events, timer, settings.decision_ttl_s)
         self.groups = Groups(
             settings,
             locks=locks,
@@ -107,6 +109,7 @@ class Lifecycle:
     ) -> Lifecycle:
         """The lifecycle over the cluster locks, pending records and decisions in `redis`; `recover`
         starts a new generation when Redis forgot a cluster (vmsched.recovery)."""
+        decisions = DecisionStore(redis, settings)
         return cls(
             bus,
             settings,
@@ -115,7 +118,8 @@ class Lifecycle:
             timer=timer,
             locks=ClusterLock(redis, settings, recover=recover),
             pending=PendingStore(redis, settings),
-            decisions=DecisionStore(redis, settings),
+            decisions=decisions,
+            writes=GroupWrites(redis, settings, decisions),
             # Each policy's worker calls go to workers that have its units (plugins may differ).
             routes=UnitRoutes(UnitCatalogues(redis, settings)),
         )
