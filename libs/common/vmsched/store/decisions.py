@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 
 from vmsched.contracts import ScheduleDecision, ScheduleRequest
 from vmsched.errors import FencedOut, VmschedError
@@ -194,6 +195,31 @@ class DecisionStore:
         # but one command for Redis to run and all the records read at the same instant.
         reply = await self._get_many(keys=[self._keys.decision(cluster_id, r) for r in request_ids])
         return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
+
+    async def records_by_cluster(
+        self, asks: Mapping[str, Sequence[UUID | str]]
+    ) -> dict[str, list[StoredDecision | None]]:
+        """`records` of several clusters in one round trip: a pipeline of one read per cluster (each
+        over its own cluster's keys, as on Redis Cluster). Raises what a read raised."""
+        asks = {cluster: _ids(ids) for cluster, ids in asks.items() if ids}
+        if len(asks) <= 1:
+            return {cluster: await self.records(cluster, ids) for cluster, ids in asks.items()}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for cluster, ids in asks.items():
+                keys = [self._keys.decision(cluster, r) for r in ids]
+                pipe.evalsha(self._get_many.sha, len(keys), *keys)
+            replies = await pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            # This server has not seen the script yet (new, restarted, failed over): read per cluster,
+            # which loads it, and pipeline again next time.
+            return {cluster: await self.records(cluster, ids) for cluster, ids in asks.items()}
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return {
+            cluster: [_parse(found, r) for r, found in zip(ids, reply, strict=True)]
+            for (cluster, ids), reply in zip(asks.items(), replies, strict=True)
+        }
 
     async def put(
         self,
