@@ -64,3 +64,28 @@ async def test_bench_measures_every_path_and_writes_json(cli_settings: Settings,
     assert all(u["ms"] > 0 and u["no_fit_ms"] > 0 for u in balance["units"].values())
     assert "decisions/s" in out
     assert "balance pass" in out
+
+
+async def test_bench_suite_answers_every_workload_as_expected(cli_settings: Settings, tmp_path: Path) -> None:
+    out_file = tmp_path / "suite.json"
+    code, out, err = await vmsched(
+        cli_settings, "bench", "--suite", "--hosts", "20", "--requests", "10", "--json-out", str(out_file), timeout=600
+    )
+    assert code == 0, err[-3000:]
+    suite = json.loads(out_file.read_text())["suite"]
+    assert suite["hop"]["p50_ms"] > 0
+    workloads = suite["workloads"]
+    assert list(workloads) == ["basic", "spread", "churn", "unschedulable", "sequential", "big", "burst"]
+    for name, w in workloads.items():
+        assert w["unexpected"] == 0, (name, w["ended"])
+        assert sum(w["ended"].values()) == w["decisions"], name
+        assert {"selector-3", "filter-worker-1", "state-tracker-0", "bench (the engine)"} <= set(
+            w["cpu_ms_per_decision"]
+        )
+    # One request in ten asks for more memory than any host has: refused, the rest placed.
+    assert workloads["unschedulable"]["ended"] == {"placed": 9, "unplaceable": 1}
+    assert workloads["burst"]["decisions"] == 50  # min(1,000, 5 x --requests), all at once
+    assert workloads["burst"]["in_flight"] == 50
+    assert workloads["big"]["what"].startswith("1 x 200 hosts")
+    assert "NOT ANSWERED" not in out
+    assert "burst" in out

@@ -142,3 +142,33 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
     assert first.fencing_token == first_group
     assert second.fencing_token == first_group
     assert sum(d.fencing_token == first_group for d in rest) == GROUP - 2  # with the two above
+
+
+async def test_a_request_waiting_past_its_deadline_is_answered_expired_at_once(
+    stack: Settings, buses: Buses, unique: str
+) -> None:
+    """While the cluster's lock is held elsewhere (a long group, a burst), a queued request whose
+    deadline passes hears `expired` then, not when its turn comes; the others wait and are placed."""
+    cluster = f"due-{unique}"
+    async with buses.client(stack) as client:
+        await factories.make_cluster(client, cluster, 4, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)
+        redis = connect(stack)
+        try:
+            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
+                patient = asyncio.create_task(
+                    client.schedule(cluster, factories.vm_spec(f"{unique}-patient", mem_mb=1024, vcpus=1))
+                )
+                due = datetime.now(UTC) + timedelta(seconds=1.5)
+                hurried = await asyncio.wait_for(
+                    client.schedule(
+                        cluster, factories.vm_spec(f"{unique}-hurried", mem_mb=1024, vcpus=1), deadline=due
+                    ),
+                    timeout=8.0,  # the lock is held for all of it: only the deadline can have answered
+                )
+                assert not patient.done()
+        finally:
+            await redis.aclose()
+        placed = await patient
+    assert hurried.status is DecisionStatus.EXPIRED
+    assert hurried.host_id is None
+    assert placed.status is DecisionStatus.PLACED

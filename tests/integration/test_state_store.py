@@ -358,6 +358,26 @@ async def test_min_version(writer: StateWriter, cache: StateCache, unique: str) 
     assert column(table, "mem_free_mb", "h1") == 7
 
 
+async def test_a_cache_behind_the_version_asked_catches_up_in_one_round_trip(
+    writer: StateWriter, counted: tuple[aioredis.Redis, list[str]], settings: Settings, unique: str
+) -> None:
+    """A worker's request names the state version it was made at; a cache behind it catches up with
+    the catch-up script alone (it reads the current version itself), not a version read first."""
+    redis, commands = counted
+    c = f"c-{unique}"
+    await writer.apply_host(host(c, "h1"))
+    cache = StateCache(redis, settings, stale_wait_s=0.2)
+    await cache.table(c, min_version=1)
+    await cache.table(c)  # the catch-up script is loaded on this client
+    await writer.apply_host(host(c, "h1", mem_free_mb=7))
+    commands.clear()
+    version, table = await cache.table(c, min_version=2)
+    assert version == 2
+    assert column(table, "mem_free_mb", "h1") == 7
+    assert len(commands) == 1, commands
+    assert cache.stats.incremental_loads >= 1
+
+
 async def test_concurrent_callers_load_once(
     writer: StateWriter, redis_client: aioredis.Redis, settings: Settings, unique: str
 ) -> None:

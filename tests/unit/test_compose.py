@@ -392,3 +392,14 @@ def test_the_api_user_administers_for_its_admin_tokens(services: dict[str, dict[
     assert "vmsched-api" in admins
     command = " ".join(_exec_form(services["credentials"]["command"]))
     assert " api;" in command  # its credentials directory is given to the services' user
+
+
+def test_weighers_start_only_where_they_weigh(services: dict[str, dict[str, Any]]) -> None:
+    """The filter-workers weigh while VMSCHED_PLACE_IN_WORKER is true (the default): weighers would
+    idle, so they start with the profile that goes with setting it false."""
+    assert services["weigher"].get("profiles") == ["split-weighing"]
+    for name in APP_SERVICES:
+        env = services[name]["environment"]
+        assert env["VMSCHED_PLACE_IN_WORKER"] == "${VMSCHED_PLACE_IN_WORKER:-true}", name
+        if name != "weigher":
+            assert "profiles" not in services[name], f"{name} must start by default"

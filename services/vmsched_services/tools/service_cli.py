@@ -6,20 +6,21 @@ The services configure their own logs (cli.main leaves them alone for these two 
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from vmsched_services.tools.clikit import EXIT_OK, SubParsers, command, settings
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from vmsched_services import eventloop
     from vmsched_services.runner import run
 
-    asyncio.run(run([args.service], settings()))
+    cfg = settings()
+    eventloop.run(run([args.service], cfg), cfg)
     return EXIT_OK
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from vmsched_services import SERVICES
+    from vmsched_services import SERVICES, eventloop
     from vmsched_services.runner import run
 
     cfg = settings()
@@ -33,7 +34,7 @@ def cmd_up(args: argparse.Namespace) -> int:
             "api_users": ",".join(filter(None, (cfg.api_users, own))),
         }
     )
-    asyncio.run(run(list(SERVICES), cfg))
+    eventloop.run(run(list(SERVICES), cfg), cfg)
     return EXIT_OK
 
 

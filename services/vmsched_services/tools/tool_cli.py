@@ -143,6 +143,12 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         help="only: N big batches on one cluster of the largest --hosts size, and another cluster's latency meanwhile",
     )
     s.add_argument(
+        "--suite",
+        action="store_true",
+        help="only: the workload table (basic, spread over 10 clusters, hosts churning, unschedulable"
+        " mixed in, sequential, 10x hosts, a burst of 1,000) at the largest --hosts size, --requests each",
+    )
+    s.add_argument(
         "--batch-size",
         type=positive_int,
         default=1000,

@@ -2,16 +2,15 @@
 
 Under the cluster's lock, with its fencing token:
 
-1. the pending records of every placed VM of the group, in one write, fenced (store.pending);
-2. every decision, placed and unplaceable, in one write, fenced (store.decisions.put_many): a
-   request id that already has a decision keeps it;
-3. their events published side by side, then marked published in one write (lifecycle.events);
+1. the pending records of every placed VM of the group and every decision, placed and unplaceable,
+   in one fenced write (store.group_writes): a request id that already has a decision keeps it;
+2. their events published side by side, then marked published in one write (lifecycle.events);
    an event owed by a decision stored before, only if the commit claims it;
-4. each request handed its stored decision; a waiting one its pending version (nothing to write).
+3. each request handed its stored decision; a waiting one its pending version (nothing to write).
 
 A newer lock holder (a token that is no longer the cluster's latest) refuses the commit: FencedOut,
-nothing written by the refused step, and every request of the commit hears it. The pending write
-comes first, so a refused commit never stores a placed decision whose VMs hold nothing.
+nothing written, and every request of the commit hears it. Pending records and decisions are
+written together, so a refused commit never stores a placed decision whose VMs hold nothing.
 """
 
 from __future__ import annotations
@@ -25,15 +24,12 @@ from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.replay import Stored, event_of
 from vmsched.lifecycle.timing import Stages, StageTimer, lap_all
 from vmsched.lifecycle.turns import Outcome, Verdict, Wait, fail, settle
-from vmsched.store import DecisionStore, PendingStore
+from vmsched.store.group_writes import GroupWrites
 
 
 class Commit:
-    def __init__(
-        self, pending: PendingStore, decisions: DecisionStore, events: Events, timer: StageTimer, decision_ttl_s: float
-    ) -> None:
-        self.pending = pending
-        self.decisions = decisions
+    def __init__(self, writes: GroupWrites, events: Events, timer: StageTimer, decision_ttl_s: float) -> None:
+        self.writes = writes
         self.events = events
         self.timer = timer
         self.decision_ttl_s = decision_ttl_s
@@ -59,16 +55,19 @@ class Commit:
 
     async def _store(self, cluster: str, token: int, verdicts: list[Verdict]) -> None:
         entries = [e for v in verdicts for e in v.pending]
-        if entries:
-            since = time.perf_counter()
-            await self.pending.record(cluster, entries, token)
-            lap_all(self.timer, [v.turn.stages for v in verdicts if v.placed], "record_pending", since)
         decisions = [_decision(v, token) for v in verdicts]
-        stored = await self.decisions.put_many(
-            [(decision, v.turn.fingerprint) for decision, v in zip(decisions, verdicts, strict=True)],
-            token=token,
-            ttl_s=self.decision_ttl_s,
-        )
+        since = time.perf_counter()
+        stored = (
+            await self.writes.commit(
+                cluster,
+                entries,
+                [(decision, v.turn.fingerprint) for decision, v in zip(decisions, verdicts, strict=True)],
+                token=token,
+                ttl_s=self.decision_ttl_s,
+            )
+        ).stored
+        # The pending records' share of the handling (decisions go with them in the same write).
+        lap_all(self.timer, [v.turn.stages for v in verdicts if v.placed], "record_pending", since)
         # One event per stored decision: ours, or one stored before for the same request whose
         # event was never confirmed, if this commit wins the claim on re-publishing it.
         due = [

@@ -30,6 +30,7 @@ from vmsched.lifecycle.commit import Commit
 from vmsched.lifecycle.decisions import error_decision, expired, expired_decision
 from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.groups import Groups
+from vmsched.lifecycle.lookups import Lookups
 from vmsched.lifecycle.placing import Placing
 from vmsched.lifecycle.replay import Stored, same_request
 from vmsched.lifecycle.routes import UnitRoutes
@@ -42,6 +43,7 @@ from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 from vmsched.store.generations import Recover
+from vmsched.store.group_writes import GroupWrites
 from vmsched.tracing import current_span, span
 
 # Under the selector's name: the selector is the service whose work these lines report.
@@ -66,6 +68,7 @@ class Lifecycle:
         locks: ClusterLock,
         pending: PendingStore,
         decisions: DecisionStore,
+        writes: GroupWrites,
         routes: UnitRoutes | None = None,
     ) -> None:
         self.settings = settings
@@ -74,10 +77,12 @@ class Lifecycle:
         self.locks = locks
         self.pending = pending
         self.decisions = decisions
+        # The arrival reads of stored decisions, coalesced per cluster under load.
+        self.lookups = Lookups(decisions)
         # A claim on re-publishing lasts about two lock leases: far longer than a publish and its
         # marking take, and a replay finding a dead claimant's claim waits for no more than that.
         self.events = Events(bus, decisions, timer, claim_s=2 * settings.lock_lease_s)
-        self.commit = Commit(pending, decisions, self.events, timer, settings.decision_ttl_s)
+        self.commit = Commit(writes, self.events, timer, settings.decision_ttl_s)
         self.groups = Groups(
             settings,
             locks=locks,
@@ -104,6 +109,7 @@ class Lifecycle:
     ) -> Lifecycle:
         """The lifecycle over the cluster locks, pending records and decisions in `redis`; `recover`
         starts a new generation when Redis forgot a cluster (vmsched.recovery)."""
+        decisions = DecisionStore(redis, settings)
         return cls(
             bus,
             settings,
@@ -112,7 +118,8 @@ class Lifecycle:
             timer=timer,
             locks=ClusterLock(redis, settings, recover=recover),
             pending=PendingStore(redis, settings),
-            decisions=DecisionStore(redis, settings),
+            decisions=decisions,
+            writes=GroupWrites(redis, settings, decisions),
             # Each policy's worker calls go to workers that have its units (plugins may differ).
             routes=UnitRoutes(UnitCatalogues(redis, settings)),
         )
@@ -130,7 +137,7 @@ class Lifecycle:
         started = time.perf_counter()
         stages: Stages = {}
         fingerprint = request_fingerprint(req)
-        found = await self.decisions.record(req.cluster_id, req.request_id)
+        found = await self.lookups.record(req.cluster_id, req.request_id)
         if found is not None:
             return await self._replay(req, found, fingerprint, stages)
         policy_name: str | None = None

@@ -56,7 +56,10 @@ class Groups:
     async def take_turn(self, turn: Turn) -> TurnResult:
         """Queue this request's attempt for its cluster and wait for its outcome."""
         cluster = turn.req.cluster_id
-        self._queues.setdefault(cluster, deque()).append(turn)
+        queue = self._queues.setdefault(cluster, deque())
+        queue.append(turn)
+        if turn.waiting.deadline is not None:
+            _expire_when_due(queue, turn, turn.waiting.deadline)
         if cluster not in self._runners:
             self._runners[cluster] = asyncio.create_task(self._run_turns(cluster), name=f"turns-{cluster}")
         return await turn.done
@@ -159,6 +162,23 @@ class Groups:
             lap_all(self.timer, [turn.stages for turn in group], "read_state", since)
             outcomes = await self.placing.here(group, token, pending_version, pending, version, table)
         await self.commit(cluster, token, _still_placed(outcomes))
+
+
+def _expire_when_due(queue: deque[Turn], turn: Turn, deadline: float) -> None:
+    """Answer `turn` expired the moment its deadline passes while it still waits in `queue`: under a
+    burst, a request that can no longer be placed in time hears so then, not when its turn comes
+    (it leaves the queue, so it takes no place in a group either). Once taken into a group, the
+    group's own check applies (_still_placed)."""
+
+    def expire() -> None:
+        for i, waiting in enumerate(queue):
+            if waiting is turn:
+                del queue[i]
+                settle(turn, expired_decision(turn.req, turn.started, turn.policy.name))
+                return
+
+    timer = asyncio.get_running_loop().call_later(max(0.0, deadline - time.monotonic()), expire)
+    turn.done.add_done_callback(lambda _: timer.cancel())
 
 
 def _still_placed(outcomes: list[Outcome]) -> list[Outcome]:

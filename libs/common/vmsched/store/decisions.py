@@ -46,18 +46,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.exceptions import NoScriptError
 
 from vmsched.contracts import ScheduleDecision, ScheduleRequest
 from vmsched.errors import FencedOut, VmschedError
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
+from vmsched.store import decision_scripts as scripts
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text
 
@@ -66,166 +68,6 @@ log = get_logger(__name__)
 #: Request fields left out of the fingerprint: a client resending the same request may set a new
 #: deadline (it is about when to give up, not what to place); the request id is the key itself.
 FINGERPRINT_EXCLUDES: frozenset[str] = frozenset({"request_id", "deadline"})
-
-# Defines read(key): {} if absent, {'string', json} for a record of the older layout,
-# {'hash', json, fingerprint, published}, or {type} for a key of any other type (not a record).
-_READ = """
-local function read(key)
-  local t = redis.call('TYPE', key)['ok']
-  if t == 'string' then
-    return {'string', redis.call('GET', key)}
-  end
-  if t == 'hash' then
-    local v = redis.call('HMGET', key, 'decision', 'fingerprint', 'published')
-    return {'hash', v[1] or '', v[2] or '', v[3] or '0'}
-  end
-  if t == 'none' then
-    return {}
-  end
-  return {t}
-end
-"""
-
-# Defines remember(history, request id, decided at ms, cap, ttl ms): the request id into the cluster's
-# history (a sorted set by decision time), the oldest beyond `cap` dropped, kept at least `ttl`.
-_REMEMBER = """
-local function remember(key, member, score, cap, ttl)
-  redis.call('ZADD', key, score, member)
-  local n = redis.call('ZCARD', key)
-  if n > tonumber(cap) then
-    redis.call('ZREMRANGEBYRANK', key, 0, n - tonumber(cap) - 1)
-  end
-  if redis.call('PTTL', key) < tonumber(ttl) then
-    redis.call('PEXPIRE', key, ttl)
-  end
-end
-"""
-
-# KEYS decisions. Returns read(key) of each, in order.
-_GET_MANY = (
-    _READ
-    + """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = read(key)
-end
-return out
-"""
-)
-
-# KEYS[1] decision, KEYS[2] the cluster's fence, KEYS[3] the cluster's history; ARGV[1] json,
-# ARGV[2] fingerprint, ARGV[3] ttl ms, ARGV[4] fencing token ('' for none), ARGV[5] request id,
-# ARGV[6] decided at (ms), ARGV[7] history cap. Returns {1} when stored, {0} when the request id
-# already has a decision (kept), {-1, latest token} when fenced out. Running it twice is harmless:
-# the second run finds the first one's record.
-_PUT = (
-    _REMEMBER
-    + """
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  return {0}
-end
-if ARGV[4] ~= '' then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if fence ~= tonumber(ARGV[4]) then
-    return {-1, fence}
-  end
-end
-redis.call('HSET', KEYS[1], 'decision', ARGV[1], 'fingerprint', ARGV[2], 'published', '0')
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-remember(KEYS[3], ARGV[5], ARGV[6], ARGV[7], ARGV[3])
-return {1}
-"""
-)
-
-# KEYS[1] the cluster's fence, KEYS[2] the cluster's history, KEYS[2 + i] decision i; ARGV[1]
-# fencing token ('' for none), ARGV[2] ttl ms, ARGV[3] history cap, then six per decision from
-# ARGV[4]: json, fingerprint, the record it may replace as read() showed it (type, raw json) or
-# '', '' to store only where there is none, request id, decided at (ms).
-# Returns {-1, latest token} when fenced out (nothing written), else {0, per decision: {} when
-# stored, read(key) of the record kept}. Running it twice is harmless: the second run finds the
-# first one's records.
-_PUT_MANY = (
-    _READ
-    + _REMEMBER
-    + """
-if ARGV[1] ~= '' then
-  local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
-  if fence ~= tonumber(ARGV[1]) then
-    return {-1, fence}
-  end
-end
-local out = {}
-for i = 3, #KEYS do
-  local key, a = KEYS[i], 4 + 6 * (i - 3)
-  local found = read(key)
-  if #found > 0 and not (found[1] == ARGV[a + 2] and (found[2] or '') == ARGV[a + 3]) then
-    out[i - 2] = found
-  else
-    if #found > 0 then
-      redis.call('DEL', key)
-    end
-    redis.call('HSET', key, 'decision', ARGV[a], 'fingerprint', ARGV[a + 1], 'published', '0')
-    redis.call('PEXPIRE', key, ARGV[2])
-    remember(KEYS[2], ARGV[a + 4], ARGV[a + 5], ARGV[3], ARGV[2])
-    out[i - 2] = {}
-  end
-end
-return {0, out}
-"""
-)
-
-# KEYS decisions. Returns per decision 1 if this call marked it, 0 if it was marked already or is
-# gone (or is a record of the older layout, published by definition).
-_MARK_MANY = """
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = 0
-  if redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'published') ~= '1' then
-    redis.call('HSET', key, 'published', '1')
-    out[i] = 1
-  end
-end
-return out
-"""
-
-# KEYS decisions; ARGV[1] the claim's lease, ms. Claims each decision not marked published whose
-# claim (if any) has lapsed, until Redis time + lease. Returns per decision 1 if this call claimed it,
-# 0 if it is marked published, claimed by another, gone, or a record of the older layout.
-_CLAIM_MANY = """
-local now = redis.call('TIME')
-local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = 0
-  if redis.call('TYPE', key)['ok'] == 'hash' and redis.call('HGET', key, 'published') ~= '1'
-      and tonumber(redis.call('HGET', key, 'claimed') or '0') < ms then
-    redis.call('HSET', key, 'claimed', ms + tonumber(ARGV[1]))
-    out[i] = 1
-  end
-end
-return out
-"""
-
-# KEYS[1] the cluster's history; ARGV[1] how many, ARGV[2] the decision keys' prefix (the history
-# names request ids: the keys are built here so the whole read is one script). Returns
-# {request id, read(key)} per id, newest first; ids whose decision expired are dropped from the
-# history on the way.
-_RECENT = (
-    _READ
-    + """
-local ids = redis.call('ZREVRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
-local out = {}
-for _, id in ipairs(ids) do
-  local found = read(ARGV[2] .. id)
-  if #found == 0 then
-    redis.call('ZREM', KEYS[1], id)
-  else
-    out[#out + 1] = {id, found}
-  end
-end
-return out
-"""
-)
 
 #: Attempts of put_many at storing over unreadable records (each replaced only if still the one read).
 _PUT_ATTEMPTS = 3
@@ -284,6 +126,35 @@ def _ids(request_ids: Sequence[UUID | str]) -> Sequence[UUID | str]:
     return request_ids
 
 
+def put_args(
+    items: Sequence[tuple[ScheduleDecision, str]], token: int | None, ttl_s: float, history_max: int
+) -> list[Any]:
+    """PUT_DECISIONS' leading arguments (token, ttl ms, history cap) and six per item, each stored
+    only where its request id has no record."""
+    head: list[Any] = ["" if token is None else token, max(1, int(ttl_s * 1000)), history_max]
+    return [*head, *(a for decision, fp in items for a in _put_args(decision, fp, ("", "")))]
+
+
+def put_outcomes(
+    items: Sequence[tuple[ScheduleDecision, str]],
+    indices: Sequence[int],
+    reply: Sequence[Any],
+    results: dict[int, tuple[bool, StoredDecision]],
+) -> dict[int, tuple[Any, Any]]:
+    """Read PUT_DECISIONS' reply for items[indices] into `results` (True, ours) or (False, the
+    earlier record); returns the items whose earlier record is unreadable, with what it was."""
+    unreadable: dict[int, tuple[Any, Any]] = {}
+    for i, found in zip(indices, reply, strict=True):
+        decision, fingerprint = items[i]
+        if not found:
+            results[i] = (True, StoredDecision(decision, fingerprint, False))
+        elif (existing := _parse(found, decision.request_id)) is not None:
+            results[i] = (False, existing)
+        else:
+            unreadable[i] = (found[0], found[1] if len(found) > 1 else "")
+    return unreadable
+
+
 def _fenced(what: str, token: int | None, cluster: str, latest: int) -> FencedOut:
     return FencedOut(
         f"{what} refused: token {token} is not the latest of cluster {cluster} ({latest}); "
@@ -300,12 +171,12 @@ class DecisionStore:
         self._keys = keys or Keys.from_settings(settings)
         self._default_ttl_s = settings.decision_ttl_s
         self._history_max = settings.decision_history_max
-        self._get_many = redis.register_script(_GET_MANY)
-        self._recent = redis.register_script(_RECENT)
-        self._put = redis.register_script(_PUT)
-        self._put_many = redis.register_script(_PUT_MANY)
-        self._mark_many = redis.register_script(_MARK_MANY)
-        self._claim_many = redis.register_script(_CLAIM_MANY)
+        self._get_many = redis.register_script(scripts.GET_MANY)
+        self._recent = redis.register_script(scripts.RECENT)
+        self._put = redis.register_script(scripts.PUT)
+        self._put_many = redis.register_script(scripts.PUT_MANY)
+        self._mark_many = redis.register_script(scripts.MARK_MANY)
+        self._claim_many = redis.register_script(scripts.CLAIM_MANY)
 
     async def get(self, cluster_id: str, request_id: UUID | str) -> ScheduleDecision | None:
         record = await self.record(cluster_id, request_id)
@@ -324,6 +195,31 @@ class DecisionStore:
         # but one command for Redis to run and all the records read at the same instant.
         reply = await self._get_many(keys=[self._keys.decision(cluster_id, r) for r in request_ids])
         return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
+
+    async def records_by_cluster(
+        self, asks: Mapping[str, Sequence[UUID | str]]
+    ) -> dict[str, list[StoredDecision | None]]:
+        """`records` of several clusters in one round trip: a pipeline of one read per cluster (each
+        over its own cluster's keys, as on Redis Cluster). Raises what a read raised."""
+        asks = {cluster: _ids(ids) for cluster, ids in asks.items() if ids}
+        if len(asks) <= 1:
+            return {cluster: await self.records(cluster, ids) for cluster, ids in asks.items()}
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for cluster, ids in asks.items():
+                keys = [self._keys.decision(cluster, r) for r in ids]
+                pipe.evalsha(self._get_many.sha, len(keys), *keys)
+            replies = await pipe.execute(raise_on_error=False)
+        if any(isinstance(r, NoScriptError) for r in replies):
+            # This server has not seen the script yet (new, restarted, failed over): read per cluster,
+            # which loads it, and pipeline again next time.
+            return {cluster: await self.records(cluster, ids) for cluster, ids in asks.items()}
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return {
+            cluster: [_parse(found, r) for r, found in zip(ids, reply, strict=True)]
+            for (cluster, ids), reply in zip(asks.items(), replies, strict=True)
+        }
 
     async def put(
         self,
@@ -410,15 +306,7 @@ class DecisionStore:
                 ids = [str(d.request_id) for d, _ in items]
                 what = f"decisions for requests {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
                 raise _fenced(what, token, cluster, int(reply[1]))
-            unreadable: dict[int, tuple[Any, Any]] = {}
-            for i, found in zip(todo, reply[1], strict=True):
-                decision, fingerprint = items[i]
-                if not found:
-                    results[i] = (True, StoredDecision(decision, fingerprint, False))
-                elif (existing := _parse(found, decision.request_id)) is not None:
-                    results[i] = (False, existing)
-                else:
-                    unreadable[i] = (found[0], found[1] if len(found) > 1 else "")
+            unreadable = put_outcomes(items, list(todo), reply[1], results)
             if not unreadable:
                 return [results[i] for i in range(len(items))]
             todo = unreadable

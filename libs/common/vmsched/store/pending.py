@@ -34,33 +34,45 @@ log = get_logger(__name__)
 #: safety net for a cluster nobody reads any more; entries expire individually (lazily, on read).
 KEY_TTL_MARGIN_S = 60.0
 
+# Defines record_pending(fence, pending, version, ttl ms, first, last): the vm_id, json pairs of
+# ARGV[first..last] into the cluster's pending hash (kept at least `ttl`), under the fencing token
+# `fence` the caller has checked. Returns the new pending version (the current one when there is
+# no pair). The token is a stamp of the cluster's generation (store.generations), and so is the
+# pending version it leaves: a pending view cached before Redis forgot is older than any written
+# after. Also the group commit's (store.group_writes).
+RECORD_PENDING = f"""
+local function record_pending(fence, pending, version, ttl, first, last)
+  local base = fence - fence % {STAMP_SPAN}
+  if tonumber(redis.call('GET', version) or '0') < base then
+    redis.call('SET', version, string.format('%d', base))
+  end"""
+RECORD_PENDING += """
+  if last < first then
+    return tonumber(redis.call('GET', version) or '0')
+  end
+  for i = first, last, 2 do
+    redis.call('HSET', pending, ARGV[i], ARGV[i + 1])
+  end
+  if redis.call('PTTL', pending) < tonumber(ttl) then
+    redis.call('PEXPIRE', pending, ttl)
+  end
+  return redis.call('INCR', version)
+end
+"""
+
 # KEYS[1] fence, KEYS[2] pending, KEYS[3] pending-version
 # ARGV[1] token, ARGV[2] key ttl ms, ARGV[3..] vm_id, json pairs
 # Returns {1, new pending version} or {0, latest fencing token}.
-# The token is a stamp of the cluster's generation (store.generations), and so is the pending
-# version it leaves: a pending view cached before Redis forgot is older than any written after.
-_RECORD = f"""
+_RECORD = (
+    RECORD_PENDING
+    + """
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if fence ~= tonumber(ARGV[1]) then
-  return {{0, fence}}
+  return {0, fence}
 end
-local base = fence - fence % {STAMP_SPAN}
-if tonumber(redis.call('GET', KEYS[3]) or '0') < base then
-  redis.call('SET', KEYS[3], string.format('%d', base))
-end"""
-_RECORD += """
-if #ARGV < 3 then
-  return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}
-end
-for i = 3, #ARGV, 2 do
-  redis.call('HSET', KEYS[2], ARGV[i], ARGV[i + 1])
-end
-local ttl = tonumber(ARGV[2])
-if redis.call('PTTL', KEYS[2]) < ttl then
-  redis.call('PEXPIRE', KEYS[2], ttl)
-end
-return {1, redis.call('INCR', KEYS[3])}
+return {1, record_pending(fence, KEYS[2], KEYS[3], ARGV[2], 3, #ARGV)}
 """
+)
 
 # KEYS[1] pending, KEYS[2] pending-version; ARGV[1] vm_id, ARGV[2] host_id or ''.
 # Returns 1 if this call removed the record, else 0.
@@ -130,6 +142,29 @@ def _expires_at(blob: bytes) -> float:
         return -math.inf
 
 
+def record_args(entries: Sequence[PendingEntry], token: int) -> tuple[int, list[str]]:
+    """RECORD_PENDING's arguments for `entries`: the hash's time-to-live (ms) and the vm_id, json
+    pairs. Each entry must carry `token` (ValueError otherwise), so a record says which lock
+    acquisition wrote it."""
+    for e in entries:
+        if e.fencing_token != token:
+            raise ValueError(f"pending entry of vm {e.vm_id} carries token {e.fencing_token}, written with {token}")
+    now = time.time()
+    latest = max((e.expires_at for e in entries), default=now)
+    pairs: list[str] = []
+    for e in entries:
+        pairs += [e.vm_id, e.model_dump_json()]
+    return max(1000, math.ceil((latest - now + KEY_TTL_MARGIN_S) * 1000)), pairs
+
+
+def pending_fenced(cluster_id: str, token: int, latest: int) -> FencedOut:
+    return FencedOut(
+        f"pending write to cluster {cluster_id} refused: token {token} is not the latest "
+        f"({latest}); the lock was lost and acquired again",
+        location=f"cluster.{cluster_id}",
+    )
+
+
 class PendingStore:
     """Pending-resource records per cluster, fenced by the cluster lock's token."""
 
@@ -149,15 +184,8 @@ class PendingStore:
         Each entry must carry the same token (`fencing_token`), so a record says which
         acquisition wrote it.
         """
-        for e in entries:
-            if e.fencing_token != token:
-                raise ValueError(f"pending entry of vm {e.vm_id} carries token {e.fencing_token}, written with {token}")
-        now = time.time()
-        latest = max((e.expires_at for e in entries), default=now)
-        key_ttl_ms = max(1000, math.ceil((latest - now + KEY_TTL_MARGIN_S) * 1000))
-        args: list[str | int] = [token, key_ttl_ms]
-        for e in entries:
-            args += [e.vm_id, e.model_dump_json()]
+        key_ttl_ms, pairs = record_args(entries, token)
+        args: list[str | int] = [token, key_ttl_ms, *pairs]
         ok, value = await self._record(
             keys=[
                 self._keys.fence(cluster_id),
@@ -167,11 +195,7 @@ class PendingStore:
             args=args,
         )
         if not ok:
-            raise FencedOut(
-                f"pending write to cluster {cluster_id} refused: token {token} is not the latest "
-                f"({int(value)}); the lock was lost and acquired again",
-                location=f"cluster.{cluster_id}",
-            )
+            raise pending_fenced(cluster_id, token, int(value))
         return int(value)
 
     async def read(self, cluster_id: str, now: float | None = None) -> list[PendingEntry]:

@@ -117,6 +117,16 @@ class StateCache:
         if min_version is not None:
             if cached is not None and cached.version >= min_version:
                 return cached.version, cached.table
+            if cached is not None:
+                # Behind: catch up at once (the catch-up reads the current version itself, so the
+                # usual case, a tracker already there, costs one round trip rather than two).
+                async with self._lock(cluster_id):
+                    cached = self._cache.get(cluster_id)
+                    if cached is not None and cached.version < min_version:
+                        cached = await self._refresh(cluster_id, cached)
+                        self._cache[cluster_id] = cached
+                if cached is not None and cached.version >= min_version:
+                    return cached.version, cached.table
             target = await self._wait_for(cluster_id, min_version)
         else:
             target = await self._current(cluster_id)

@@ -19,10 +19,13 @@ Three measurements per cluster size, written as JSON (bench-results/bench.json b
 
 It is a benchmark, not a test: numbers depend on the machine; nothing asserts on them.
 
+`--suite` runs the workload table instead (bench.suite: basic, spread, churn, unschedulable,
+sequential, big, burst; scheduler_perf's shape).
+
 The package, one module per job: data (the hosts, VMs and policies measured), timing (latency
 statistics, timed runs, CPU per process), in_process, codec, ha, balance, floors (a bus hop and a
 Redis lock) and bus (the measurements), stack (the policies and clusters the services are given),
-report (the figures as text) and run (all of it, into the JSON).
+report (the figures as text), suite (the workload table) and run (all of it, into the JSON).
 """
 
 from __future__ import annotations

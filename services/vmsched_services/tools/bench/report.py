@@ -5,12 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from vmsched_services.tools.bench.data import policies
+from vmsched_services.tools.bench.suite import render_suite
 
 
 def render(result: dict[str, Any]) -> str:
     """The figures as a human reads them: the floors first, then decisions per size and policy."""
     if "batches" in result:
         return _batches(result["batches"])
+    if "suite" in result:
+        return render_suite(result["suite"])
     hop, lock = result["hop"], result["lock"]
     lines = [
         f"vmsched bench ({result['when']}, {result['machine']['cpus']} CPUs, policy {result['policy']})",

@@ -26,6 +26,7 @@ from vmsched_services.tools.bench.ha import bench_ha
 from vmsched_services.tools.bench.in_process import bench_in_process
 from vmsched_services.tools.bench.report import render
 from vmsched_services.tools.bench.stack import cleanup
+from vmsched_services.tools.bench.suite import run_suite
 
 
 async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
@@ -38,6 +39,14 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         }
     )
     sizes = [int(x) for x in str(args.hosts).split(",") if x.strip()]
+    if getattr(args, "suite", False):
+        n = max(sizes, default=1000)
+        print(f"bench: the suite, {n} hosts per cluster, {args.requests} requests per workload ...", file=sys.stderr)
+        try:
+            suite = await run_suite(settings, n, args.requests, args.seed, tag)
+        finally:
+            await cleanup(settings)
+        return {"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": _machine(), "suite": suite}
     if getattr(args, "batches", 0):
         # Only the big batches beside another cluster's small requests (bench.batches).
         n = max(sizes, default=1000)
@@ -48,7 +57,7 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         return {"when": datetime.now(UTC).isoformat(timespec="seconds"), "batches": {**batches, "cpu_s": cost}}
     result: dict[str, Any] = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "machine": {"python": platform.python_version(), "cpus": _cpus(), "platform": platform.platform()},
+        "machine": _machine(),
         "policy": DEFAULT_POLICY.name,
         "hop": await bench_hop(settings, 300),
         "lock": await bench_lock(settings, 300),
@@ -87,8 +96,8 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
     return result
 
 
-def _cpus() -> int:
-    return os.cpu_count() or 0
+def _machine() -> dict[str, Any]:
+    return {"python": platform.python_version(), "cpus": os.cpu_count() or 0, "platform": platform.platform()}
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
