@@ -14,6 +14,7 @@ import pytest
 from tests import factories
 from tests.integration.conftest import services
 from vmsched.client import SchedulerClient
+from vmsched.db import migrate
 from vmsched.settings import Settings
 
 pytestmark = pytest.mark.integration
@@ -22,7 +23,12 @@ pytestmark = pytest.mark.integration
 REPORTS = 300
 
 
-async def test_two_trackers_apply_one_hosts_reports_in_order_across_a_takeover(settings: Settings, unique: str) -> None:
+async def test_two_trackers_apply_one_hosts_reports_in_order_across_a_takeover(
+    settings: Settings, database: str, unique: str
+) -> None:
+    # A new cluster's generation is numbered in PostgreSQL: the run's database, migrated (when this
+    # test runs alone, no earlier test has made it).
+    await migrate(database)
     cluster = f"two-trackers-{unique}"
     first, second = contextlib.AsyncExitStack(), contextlib.AsyncExitStack()
     seen: list[int] = []
