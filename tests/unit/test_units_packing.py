@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tests.factories import host, table, vm
 from vmsched.scheduling.policy import BUILTIN_POLICIES
+from vmsched.scheduling.units.balance_packing import packing_balance
 from vmsched.scheduling.units.base import validate_properties
 from vmsched.scheduling.units.registry import REGISTRY
 from vmsched.scheduling.units.weights_packing import (
@@ -19,7 +20,6 @@ from vmsched.scheduling.units.weights_packing import (
     OVER_BASE,
     PACKING,
     PACKING_MAXIMUM,
-    packing_balance,
     packing_weight,
 )
 from vmsched.simulation.engine import effective_policy, simulate
