@@ -13,10 +13,7 @@ A pass, first that applies:
 3. consolidation: empty the host in use with the fewest VMs whose VMs all fit on the other hosts in
    use within HighUtilization (see `_consolidation`).
 
-Loads are power saving's (`effective_load`) but for pending VMs (starting, or migrating in), which
-count at what a running vCPU of the cluster loads now (`pending_vcpu_load`) rather than oVirt's
-VcpuConsumptionPercentage: a burst of arrivals, or a consolidation's migrations in flight, would
-otherwise fill a host far past HighUtilization before the VMs run and show their load.
+Loads are power saving's (`effective_load`).
 
 Power advice is power saving's rules (HostsInReserve) by host size: the smallest empty host is
 powered off first, the largest host that is not Up powered on first, so the hosts kept on are the
@@ -49,7 +46,7 @@ from vmsched.scheduling.units.balance_load import (
 from vmsched.scheduling.units.balance_power import POWER_OFF, POWER_ON, power_saving_balance
 from vmsched.scheduling.units.balance_search import Fit, MovableVms, find_migration
 from vmsched.scheduling.units.base import BalanceOutcome, Migration, PowerChange, Props, prop_bool, prop_int
-from vmsched.scheduling.units.helpers import VCPU_CONSUMPTION_PCT, fmt_num, max_scheduling_memory_mb
+from vmsched.scheduling.units.helpers import fmt_num, max_scheduling_memory_mb
 
 #: A host is emptied only when it runs at most this many VMs: two hours of tight_packing's host
 #: budget (MigrationsPerHostPerHour 12; a balance unit is not given the budgets' properties). The
@@ -60,24 +57,6 @@ CONSOLIDATION_MOST_VMS: Final = 24
 #: Hosts (fewest VMs first) whose emptying a pass plans before it gives up: each plan is a
 #: first-fit of the host's VMs into the others' room.
 CONSOLIDATION_TRIES: Final = 8
-
-
-def pending_vcpu_load(hosts: HostTable) -> float:
-    """What a pending vCPU is taken to load, in % of one CPU: what a running vCPU of these hosts
-    loads now (their CPU usage over their committed vCPUs), at least VcpuConsumptionPercentage."""
-    committed = float(hosts.vcpus_committed.sum())
-    if committed <= 0:
-        return VCPU_CONSUMPTION_PCT
-    measured = float((hosts.cpu_usage_pct * hosts.effective_cpus).sum()) / committed
-    return max(VCPU_CONSUMPTION_PCT, measured)
-
-
-def packing_load(hosts: HostTable) -> FloatArray:
-    """power saving's effective load (% of the host) with pending vCPUs at `pending_vcpu_load`."""
-    cpus = hosts.effective_cpus
-    safe = np.where(cpus > 0, cpus, 1.0)
-    extra = pending_vcpu_load(hosts) - VCPU_CONSUMPTION_PCT
-    return effective_load(hosts) + extra * hosts.pending_vcpus / safe
 
 
 def packing_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> BalanceOutcome:
@@ -98,7 +77,7 @@ def _relief(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> Migratio
     its hungriest one that fits, to every host not over where it stays within HighUtilization."""
     high = float(prop_int(props, "HighUtilization", DEFAULT_HIGH))
     duration_s = 60.0 * prop_int(props, "CpuOverCommitDurationMinutes", DEFAULT_DURATION_MIN)
-    load = packing_load(hosts)
+    load = effective_load(hosts)
     over, over_for = over_utilized(hosts, high, duration_s)
     if not over.any():
         return None
@@ -145,7 +124,7 @@ def _consolidation(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> M
     if int(np.count_nonzero(used)) < 2:
         return None
     high = float(prop_int(props, "HighUtilization", DEFAULT_HIGH))
-    load = packing_load(hosts)
+    load = effective_load(hosts)
     sched = np.maximum(max_scheduling_memory_mb(hosts), 0.0)
     room = np.maximum(high - load, 0.0) * cpus
     cpu_use = load * cpus
@@ -222,4 +201,4 @@ def _power_advice_by_size(hosts: HostTable, props: Props, migration: Migration |
     return ()
 
 
-__all__ = ["CONSOLIDATION_MOST_VMS", "CONSOLIDATION_TRIES", "packing_balance", "packing_load", "pending_vcpu_load"]
+__all__ = ["CONSOLIDATION_MOST_VMS", "CONSOLIDATION_TRIES", "packing_balance"]

@@ -22,10 +22,7 @@ bin-packing literature do (Panigrahy et al., "Heuristics for Vector Bin Packing"
 * a host with unknown CPU topology: WORST_WEIGHT.
 
 The VM's CPU load is the one it declares (cpu_usage_pct) when it has one, a running VM's measured
-load on a migration, oVirt's VcpuConsumptionPercentage per vCPU otherwise. The VMs already pending
-on a host (starting, or migrating in) count at what a running vCPU of the hosts loads now
-(balance_packing.pending_vcpu_load), not at VcpuConsumptionPercentage: in a burst of arrivals the
-VMs placed within one start delay would otherwise fill a host far past HighUtilization.
+load on a migration, oVirt's VcpuConsumptionPercentage per vCPU otherwise.
 
 The unit's balance is `packing_balance` (balance_packing).
 """
@@ -38,7 +35,7 @@ import numpy as np
 
 from vmsched.contracts import VmSpec
 from vmsched.scheduling.hosts import FloatArray, HostTable
-from vmsched.scheduling.units.balance_packing import packing_balance, pending_vcpu_load
+from vmsched.scheduling.units.balance_packing import packing_balance
 from vmsched.scheduling.units.base import PolicyUnit, Props, prop_int
 from vmsched.scheduling.units.helpers import (
     VCPU_CONSUMPTION_PCT,
@@ -72,8 +69,6 @@ def packing_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     known, cpus, host_load = cpu_loads(hosts)
     high = float(prop_int(props, "HighUtilization", 80))
     cpu_cap = high * cpus
-    # Pending VMs at what a running vCPU loads, not oVirt's 10 %: see pending_vcpu_load.
-    host_load = host_load + (pending_vcpu_load(hosts) - VCPU_CONSUMPTION_PCT) * hosts.pending_vcpus
     cpu_after = host_load + except_current_host(hosts, vm, packing_vm_load(vm))
     sched = max_scheduling_memory_mb(hosts)
     # The host's scheduling capacity: what it has free plus what VMs hold or are about to.
