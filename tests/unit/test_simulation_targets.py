@@ -16,6 +16,8 @@ from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.report import PolicyReport, Recorder, Sample, policy_report
 from vmsched.simulation.scenarios import load_scenario
 from vmsched.simulation.targets import (
+    PACKING_FFD_LIMIT,
+    PACKING_LB_LIMIT,
     SPEED_EVENTS,
     SPEED_HOSTS,
     SPREAD_LIMIT,
@@ -45,6 +47,21 @@ def test_power_saving_is_held_to_1_05_of_the_packing_bound(small: Workload) -> N
     assert (pong.value, pong.met) == (r.ping_pongs, r.ping_pongs == 0)
     assert (v.value, v.limit, v.met) == (r.packing_ratio_mean, 1.05, r.packing_ratio_mean <= 1.05)
     assert "power_saving: hosts used / first-fit-decreasing hosts" in v.line()
+
+
+def test_tight_packing_is_held_to_the_packing_bounds_and_the_budgets_churn(small: Workload) -> None:
+    r = report(small, "tight_packing")
+    ffd, lb, churn, pong = verdicts([r])
+    assert (ffd.limit, lb.limit) == (PACKING_FFD_LIMIT, PACKING_LB_LIMIT)
+    rate = r.migrations_per_host_hour
+    assert (churn.value, churn.limit, churn.met) == (rate, 0.25, rate <= 0.25)
+    assert (pong.value, pong.met) == (r.ping_pongs, r.ping_pongs == 0)
+    worse = dataclasses.replace(r, migrations_per_host_hour=0.3, migrations=99, ping_pongs=2)
+    _, _, churn, pong = verdicts([worse])
+    assert not churn.met
+    assert "99 migrations" in churn.why
+    assert not pong.met
+    assert "2 VMs went back" in pong.why
 
 
 def test_evenly_distributed_is_held_to_spread_migrations_and_no_ping_pong(small: Workload) -> None:

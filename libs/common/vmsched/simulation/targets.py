@@ -157,7 +157,37 @@ def _packing_means(r: PolicyReport) -> tuple[float, float, float, int]:
     )
 
 
+#: The churn every policy balancing within the disruption budgets is held to: the cluster's default
+#: budget, a quarter of its hosts an hour.
+BUDGET_CHURN_LIMIT = 0.25
+
+
+def _budget_churn(r: PolicyReport) -> list[Verdict]:
+    """Migrations per host per hour within BUDGET_CHURN_LIMIT, and no VM back within its cool-down."""
+    return [
+        Verdict(
+            r.policy,
+            "migrations per host per hour",
+            r.migrations_per_host_hour,
+            BUDGET_CHURN_LIMIT,
+            r.migrations_per_host_hour <= BUDGET_CHURN_LIMIT,
+            f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
+            f"{r.migrations} migrations in {r.balance_passes} passes, {r.returns} of them back to a host the VM left",
+        ),
+        Verdict(
+            r.policy,
+            "VMs migrated back within their cool-down",
+            float(r.ping_pongs),
+            0.0,
+            r.ping_pongs == 0,
+            f"{r.returns} returns at any time",
+            f"{r.ping_pongs} VMs went back to a host within their cool-down: the cool-down did not hold them",
+        ),
+    ]
+
+
 def _tight_packing(r: PolicyReport) -> list[Verdict]:
+    """Hosts used against FFD and the lower bound; its consolidation's churn within the budgets."""
     used, ffd, lb, n = _packing_means(r)
     by_ffd = used / ffd if ffd > 0 else 0.0
     by_lb = used / lb if lb > 0 else 0.0
@@ -181,6 +211,7 @@ def _tight_packing(r: PolicyReport) -> list[Verdict]:
             f"{how}, {lb:.2f} lower-bound hosts (largest hosts first, HighUtilization headroom)",
             _packing_why(r),
         ),
+        *_budget_churn(r),
     ]
 
 
@@ -329,6 +360,7 @@ def render_verdicts(found: Sequence[Verdict]) -> str:
 
 
 __all__ = [
+    "BUDGET_CHURN_LIMIT",
     "PACKING_FFD_LIMIT",
     "PACKING_LB_LIMIT",
     "SPEED_EVENTS",

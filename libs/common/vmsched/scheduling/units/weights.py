@@ -107,7 +107,7 @@ def host_cpu_load(hosts: HostTable, cpus: FloatArray) -> FloatArray:
     return hosts.cpu_usage_pct * cpus + VCPU_CONSUMPTION_PCT * (hosts.pending_vcpus + spm_vcpus(hosts))
 
 
-def _cpu_loads(hosts: HostTable) -> tuple[BoolArray, FloatArray, FloatArray]:
+def cpu_loads(hosts: HostTable) -> tuple[BoolArray, FloatArray, FloatArray]:
     """Which hosts have a known topology, their CPU count (1 where unknown) and their load
     (calcHostLoad over that count): made once per version of the whole table, a sub-table takes
     its rows' (three columns taken instead of the five they are made of)."""
@@ -149,7 +149,7 @@ def vcpu_ratio_penalty(hosts: HostTable, vm: VmSpec, cpus: FloatArray, ratio_lim
 def even_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     """Projected load per CPU in whole % (Java rounding), x1000 over VCpuToPhysicalCpuRatio;
     WORST_WEIGHT for a host with unknown topology."""
-    known, cpus, host_load = _cpu_loads(hosts)
+    known, cpus, host_load = cpu_loads(hosts)
     ratio_limit = prop_float(props, "VCpuToPhysicalCpuRatio", 0.0)
     load = projected_load_per_cpu(hosts, vm, cpus, host_load)
     if ratio_limit != 0:  # without a limit the penalty is 1 everywhere
@@ -162,7 +162,7 @@ def power_saving_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> Float
     """The negated projected load per CPU (busiest host best); WORST_WEIGHT for a host already over
     HighUtilization before the VM is placed, or with unknown topology. All such hosts tie, as in
     oVirt, so the policy's other units decide among them."""
-    known, cpus, host_load = _cpu_loads(hosts)
+    known, cpus, host_load = cpu_loads(hosts)
     high = prop_int(props, "HighUtilization", int(_prop_default(HIGH_UTILIZATION)))
     judged = known & ~(host_load > high * cpus)
     # 0 - x, not -x: -0.0 would print oddly in a score table.
@@ -376,6 +376,7 @@ __all__ = [
     "VCPU_RATIO_PENALTY",
     "WEIGHT_UNITS",
     "WORST_WEIGHT",
+    "cpu_loads",
     "even_cpu_weight",
     "even_guest_weight",
     "even_memory_weight",

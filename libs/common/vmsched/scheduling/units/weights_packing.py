@@ -24,45 +24,31 @@ bin-packing literature do (Panigrahy et al., "Heuristics for Vector Bin Packing"
 The VM's CPU load is the one it declares (cpu_usage_pct) when it has one, a running VM's measured
 load on a migration, oVirt's VcpuConsumptionPercentage per vCPU otherwise.
 
-The balance (`packing_balance`) is power saving's migrations (relieve hosts over HighUtilization,
-evacuate hosts under LowUtilization onto busier ones) with size-aware power advice: the smallest
-empty host is powered off first, the largest host that is not Up powered on first, so the hosts
-kept on are the ones the weight would open.
+The unit's balance is `packing_balance` (balance_packing).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
 
-from vmsched.contracts import VmReport, VmSpec
+from vmsched.contracts import VmSpec
 from vmsched.scheduling.hosts import FloatArray, HostTable
-from vmsched.scheduling.properties import HOSTS_IN_RESERVE_PROPERTY, POWER_MANAGEMENT_PROPERTY
-from vmsched.scheduling.units.balance_load import destination_mask, effective_load, order_by
-from vmsched.scheduling.units.balance_power import POWER_OFF, POWER_ON, power_saving_balance
-from vmsched.scheduling.units.balance_search import Fit, MovableVms, find_migration
-from vmsched.scheduling.units.base import BalanceOutcome, Migration, PolicyUnit, PowerChange, Props, prop_bool, prop_int
+from vmsched.scheduling.units.balance_packing import packing_balance
+from vmsched.scheduling.units.base import PolicyUnit, Props, prop_int
 from vmsched.scheduling.units.helpers import (
     VCPU_CONSUMPTION_PCT,
     current_host_position,
     except_current_host,
-    fmt_num,
     max_scheduling_memory_mb,
     vm_memory_need_mb,
 )
-from vmsched.scheduling.units.weights import (
-    POWER_SAVING_PROPERTIES,
-    WORST_WEIGHT,
-    _cpu_loads,
-)
+from vmsched.scheduling.units.weights import POWER_SAVING_PROPERTIES, WORST_WEIGHT, cpu_loads
 
 #: Where each kind of host starts on the weight's scale (see the module doc).
 EMPTY_BASE: Final = 3.0
 OVER_BASE: Final = 5.0
-#: CPU points under HighUtilization a consolidation leaves on the hosts it fills.
-CONSOLIDATION_MARGIN: Final = 5.0
 #: The highest weight a host with known topology gets (an empty host over the headroom).
 PACKING_MAXIMUM: Final = OVER_BASE + 3.0
 
@@ -80,7 +66,7 @@ def packing_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     n = len(hosts)
     if n == 0:
         return np.zeros(0)
-    known, cpus, host_load = _cpu_loads(hosts)
+    known, cpus, host_load = cpu_loads(hosts)
     high = float(prop_int(props, "HighUtilization", 80))
     cpu_cap = high * cpus
     cpu_after = host_load + except_current_host(hosts, vm, packing_vm_load(vm))
@@ -103,80 +89,6 @@ def packing_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     return score if known.all() else np.where(known, score, WORST_WEIGHT)
 
 
-def packing_balance(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> BalanceOutcome:
-    """Power saving's migration, else a consolidation; power advice by host size (see the module doc)."""
-    migration = power_saving_balance(hosts, vms, props).migration
-    if migration is None:
-        migration = _consolidation(hosts, vms, props)
-    return BalanceOutcome(migration, _power_advice_by_size(hosts, props, migration))
-
-
-def _consolidation(hosts: HostTable, vms: Sequence[VmReport], props: Props) -> Migration | None:
-    """Empty the host in use that holds least (CPU and memory, as shares of the largest host's)
-    when the other hosts in use have room for all it holds within HighUtilization less
-    CONSOLIDATION_MARGIN: one of its VMs to one of them. Power saving evacuates a host only below
-    LowUtilization, so when the load curve falls in the evening hosts stay half full; this frees
-    the one a first-fit-decreasing packing would not need. The margin keeps a host just filled
-    from going over HighUtilization (and being relieved) at the next rise of the load."""
-    cpus = hosts.effective_cpus
-    used = destination_mask(hosts) & ((hosts.vm_count + hosts.pending_vm_count) > 0) & (cpus > 0)
-    if int(np.count_nonzero(used)) < 2:
-        return None
-    target = float(prop_int(props, "HighUtilization", 80)) - CONSOLIDATION_MARGIN
-    load = effective_load(hosts)
-    sched = np.maximum(max_scheduling_memory_mb(hosts), 0.0)
-    cpu_use = load * cpus
-    mem_use = hosts.mem_committed_mb + hosts.pending_mem_mb
-    held = cpu_use / max(float(cpu_use.max()), 1e-9) + mem_use / max(float(mem_use.max()), 1e-9)
-    s = order_by(used, held, descending=False)[0]
-    others = used.copy()
-    others[s] = False
-    cpu_room = float((np.maximum(target - load, 0.0) * cpus)[others].sum())
-    if cpu_room < cpu_use[s] or float(sched[others].sum()) < mem_use[s]:
-        return None
-
-    def reason(i: int) -> str:
-        return (
-            f"host {hosts.ids[i]} (CPU {fmt_num(round(float(load[i]), 1))}%, {fmt_num(round(float(mem_use[i])))} MB)"
-            f" fits on the other {int(np.count_nonzero(others))} hosts in use within {fmt_num(target)}%: emptying it"
-        )
-
-    return find_migration(hosts, MovableVms(vms), [s], others, Fit(hosts, target, 0.0, load), reason)
-
-
-def _power_advice_by_size(hosts: HostTable, props: Props, migration: Migration | None) -> tuple[PowerChange, ...]:
-    """power_saving's advice (at most one change; HostsInReserve empty Up hosts kept), taking the
-    smallest empty host off first and the largest host that is not Up on first (table order among
-    equals)."""
-    if not prop_bool(props, POWER_MANAGEMENT_PROPERTY, False):
-        return ()
-    reserve = prop_int(props, HOSTS_IN_RESERVE_PROPERTY, 0)
-    empty_mask = hosts.up & (hosts.vm_count == 0) & (hosts.pending_vm_count == 0)
-    empty_mask &= np.fromiter((not ids for ids in hosts.vm_ids), dtype=np.bool_, count=len(hosts))
-    empty = np.flatnonzero(empty_mask)
-    size = hosts.effective_cpus + hosts.physical_mem_mb / 1024.0
-    if len(empty) > reserve:
-        only = migration.candidates[0] if migration is not None and len(migration.candidates) == 1 else None
-        for i in (int(j) for j in empty[np.argsort(size[empty], kind="stable")]):
-            if not hosts.is_spm[i] and hosts.ids[i] != only:
-                why = (
-                    f"{len(empty)} empty Up hosts > HostsInReserve {reserve}: host {hosts.ids[i]} runs no VM"
-                    " (the smallest empty host)"
-                )
-                return (PowerChange(hosts.ids[i], POWER_OFF, why),)
-        return ()
-    if len(empty) < reserve:
-        down = np.flatnonzero(~hosts.up)
-        if len(down):
-            i = int(down[np.argsort(-size[down], kind="stable")][0])
-            why = (
-                f"{len(empty)} empty Up hosts < HostsInReserve {reserve}: host {hosts.ids[i]} is not Up"
-                " (the largest such host)"
-            )
-            return (PowerChange(hosts.ids[i], POWER_ON, why),)
-    return ()
-
-
 PACKING = PolicyUnit(
     name="OptimalForPacking",
     description=(
@@ -195,4 +107,4 @@ PACKING = PolicyUnit(
 
 PACKING_UNITS: tuple[PolicyUnit, ...] = (PACKING,)
 
-__all__ = ["PACKING", "PACKING_MAXIMUM", "PACKING_UNITS", "packing_balance", "packing_vm_load", "packing_weight"]
+__all__ = ["PACKING", "PACKING_MAXIMUM", "PACKING_UNITS", "packing_vm_load", "packing_weight"]
