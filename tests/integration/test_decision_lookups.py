@@ -81,9 +81,9 @@ async def test_one_round_trip_reads_several_clusters_as_per_cluster_reads_do(
     asks: dict[str, list[UUID | str]] = {}
     for _ in range(4):
         cluster = f"c-{uuid.uuid4().hex[:8]}"
-        rids: list[UUID | str] = [uuid.uuid4() for _ in range(3)]
+        rids = [uuid.uuid4() for _ in range(3)]
         await store.put_many([(schedule_decision(cluster, rids[0], "h1"), "fp")])
-        asks[cluster] = rids
+        asks[cluster] = list(rids)
     expected = {cluster: await store.records(cluster, ids) for cluster, ids in asks.items()}
     assert await store.records_by_cluster(asks) == expected
     commands.clear()
