@@ -25,6 +25,7 @@ import asyncio
 import subprocess
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,11 +41,15 @@ from vmsched.contracts import (
     HostStatus,
     PendingEntry,
     ScheduleDecision,
+    ScheduleRequest,
     VmReport,
     VmSpec,
     VmStatus,
 )
 from vmsched.scheduling.hosts import HostTable
+from vmsched.scheduling.placement import LocalSteps, Placed, place
+from vmsched.scheduling.placement import pending_entry as placed_entry
+from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.scheduling.units.base import FilterVerdict
 from vmsched.store.generations import GenerationMarkers, Recover
 
@@ -309,3 +314,31 @@ async def eventually(
         if loop.time() > end:
             raise AssertionError(f"{what}: not within {timeout:g} s (last: {got!r})")
         await asyncio.sleep(0.05)
+
+
+async def placed_one_at_a_time(table: HostTable, vms: list[VmSpec]) -> Counter[str]:
+    """How many of `vms` each host gets when they are placed one after another in process with the
+    default policy, each seeing the earlier ones pending: what a group must come to."""
+    steps = LocalSteps.of(table, DEFAULT_POLICY)
+    pending: list[PendingEntry] = []
+    hosts: Counter[str] = Counter()
+    for vm in vms:
+        req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c", vm=vm)
+
+        def pending_for(v: VmSpec, host_id: str) -> PendingEntry:
+            return placed_entry(v, host_id, request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
+
+        outcome = await place(
+            req,
+            DEFAULT_POLICY.filter_names(),
+            list(table.ids),
+            pending,
+            filter_fn=steps.filter,
+            weigh_fn=steps.weigh,
+            pending_for=pending_for,
+            may_wait=False,
+        )
+        assert isinstance(outcome, Placed)
+        pending.extend(outcome.pending)
+        hosts[outcome.placements[0].host_id] += 1
+    return hosts

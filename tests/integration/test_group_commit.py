@@ -5,7 +5,6 @@ decided one at a time would."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -16,11 +15,9 @@ from tests import factories
 from tests.factories import first_generation
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, is_quorum_queue, services
 from vmsched import constants as c
-from vmsched.contracts import DecisionStatus, PendingEntry, ScheduleRequest, VmSpec
+from vmsched.contracts import DecisionStatus
 from vmsched.db import migrate
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.placement import LocalSteps, Placed, pending_entry, place
-from vmsched.scheduling.policy import DEFAULT_POLICY
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock
 from vmsched.store.redis import connect
@@ -40,33 +37,6 @@ async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIte
     cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP, "priority_aging_s": 60.0})
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):
         yield cfg
-
-
-async def _one_at_a_time(table: HostTable, vms: list[VmSpec]) -> Counter[str]:
-    """The same VMs placed one after another in process, each seeing the earlier ones pending."""
-    steps = LocalSteps.of(table, DEFAULT_POLICY)
-    pending: list[PendingEntry] = []
-    hosts: Counter[str] = Counter()
-    for vm in vms:
-        req = ScheduleRequest(request_id=uuid.uuid4(), cluster_id="c", vm=vm)
-
-        def pending_for(v: VmSpec, host_id: str) -> PendingEntry:
-            return pending_entry(v, host_id, request_id=uuid.uuid4(), fencing_token=1, expires_at=1e12)
-
-        outcome = await place(
-            req,
-            DEFAULT_POLICY.filter_names(),
-            list(table.ids),
-            pending,
-            filter_fn=steps.filter,
-            weigh_fn=steps.weigh,
-            pending_for=pending_for,
-            may_wait=False,
-        )
-        assert isinstance(outcome, Placed)
-        pending.extend(outcome.pending)
-        hosts[outcome.placements[0].host_id] += 1
-    return hosts
 
 
 async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
@@ -100,7 +70,7 @@ async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
     assert all(d.status is DecisionStatus.PLACED for d in decisions), [d.explanation.summary for d in decisions]
     assert len({d.fencing_token for d in decisions}) == 1, "one lock acquisition for the whole group"
     assert len({d.state_version for d in decisions}) == 1
-    assert Counter(d.host_id for d in decisions) == await _one_at_a_time(table, vms)
+    assert Counter(d.host_id for d in decisions) == await factories.placed_one_at_a_time(table, vms)
 
 
 async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(

@@ -202,6 +202,11 @@ class Settings(BaseSettings):
     #: filter and the weighers to weigh, one call each per VM (scale weighers apart for policies
     #: whose weights dominate; slower: two bus hops per VM instead of one per group).
     place_in_worker: bool = True
+    #: With place_in_worker, the selector places a group itself when it is small enough
+    #: (lifecycle.placing.LOCAL_PLACE_MAX_WORK host-VM evaluations) and every unit of its policy is
+    #: installed here: the same placement code, one bus hop less per group; larger groups, and
+    #: policies with units only workers have, still go to the filter-workers.
+    place_in_selector: bool = False
     #: Requests for one cluster a selector decides back to back under one lock acquisition (each
     #: seeing the earlier ones as pending, as if they came one at a time); 1 decides one at a time.
     group_max: int = Field(32, ge=1, le=1000)

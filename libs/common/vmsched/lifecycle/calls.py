@@ -28,8 +28,7 @@ from vmsched.scheduling.placement import top_hosts
 from vmsched.scheduling.policy import Policy
 
 
-async def place_call(
-    bus: Bus,
+def place_request(
     cluster: str,
     run: list[Turn],
     *,
@@ -38,31 +37,31 @@ async def place_call(
     token: int,
     may_wait: bool,
     pending_ttl_s: float,
-    route: str = c.RPC_PLACE,
-) -> PlaceReply:
-    """One `place` call for `run` (requests of one policy, in decision order): a result per request,
-    in order, placed ones with their pending records under `token`. `may_wait`: whether waiting for
-    pending is allowed at all (each request's own `may_wait` also counts). `route`: `place` or one of
-    its catalogue routes (vmsched.lifecycle.routes)."""
+) -> PlaceRequest:
+    """The `place` call for `run` (requests of one policy, in decision order), placed ones to be
+    recorded under `token`. `may_wait`: whether waiting for pending is allowed at all (each
+    request's own `may_wait` also counts)."""
     policy = run[0].policy
-    reply = await bus.call(
-        route,
-        PlaceRequest(
-            request_id=uuid4(),
-            cluster_id=cluster,
-            state_version=version,
-            items=[PlaceItem(request=t.req, may_wait=t.may_wait and may_wait) for t in run],
-            filters=policy.filter_calls(),
-            weights=policy.weight_calls(),
-            selector=policy.selector,
-            pending=pending,
-            now=time.time(),
-            pending_ttl_s=pending_ttl_s,
-            fencing_token=token,
-        ),
-        PlaceReply,
+    return PlaceRequest(
+        request_id=uuid4(),
+        cluster_id=cluster,
+        state_version=version,
+        items=[PlaceItem(request=t.req, may_wait=t.may_wait and may_wait) for t in run],
+        filters=policy.filter_calls(),
+        weights=policy.weight_calls(),
+        selector=policy.selector,
+        pending=pending,
+        now=time.time(),
+        pending_ttl_s=pending_ttl_s,
+        fencing_token=token,
     )
-    if [r.request_id for r in reply.results] != [t.req.request_id for t in run]:
+
+
+async def place_call(bus: Bus, request: PlaceRequest, route: str = c.RPC_PLACE) -> PlaceReply:
+    """`request` sent to a filter-worker: a result per request, in order, placed ones with their
+    pending records. `route`: `place` or one of its catalogue routes (vmsched.lifecycle.routes)."""
+    reply = await bus.call(route, request, PlaceReply)
+    if [r.request_id for r in reply.results] != [item.request.request_id for item in request.items]:
         raise InvalidRequest("a filter-worker answered a place call with results for other requests")
     return reply
 

@@ -153,8 +153,14 @@ class Groups:
             )
             if version is None:
                 raise UnknownCluster(f"no state reported for cluster {cluster}", location="cluster_id")
+            table = None
+            if self.settings.place_in_selector:
+                # The state at least as new as the pending read (the cache's copy when it is).
+                version, table = await self.state.table(cluster, min_version=version)
             lap_all(self.timer, [turn.stages for turn in group], "read_state", since)
-            outcomes = await self.placing.in_workers(cluster, group, token, pending_version, pending, version, records)
+            outcomes = await self.placing.in_workers(
+                cluster, group, token, pending_version, pending, version, records, table
+            )
         else:
             # Pending first, then state (see state_tracker): a VM is never counted nowhere.
             pending_version, pending = await self.pending.snapshot(cluster)
