@@ -212,7 +212,7 @@ def _filter(unit: PolicyUnit, hosts: HostTable, vm: VmSpec, call: UnitCall) -> t
 def _removed(keep: BoolArray) -> IndexArray:
     """The positions `keep` says False at: counted first, since most filters remove no host and
     the count is a tenth of the cost of finding none."""
-    return _NONE if all_true(keep) else np.flatnonzero(~keep)
+    return _NONE if keep.dtype == np.bool_ and all_true(keep) else np.flatnonzero(~keep)
 
 
 _NONE: IndexArray = np.zeros(0, dtype=np.intp)

@@ -147,7 +147,7 @@ class FilterVerdict:
         """Build a verdict whose reasons call `reason(i)` for removed positions i, when read;
         `keys` (per host, optional): hosts of one key have one reason."""
         # Most filters remove no host: counting says so at a tenth of the cost of finding none.
-        removed = _NONE_REMOVED if all_true(keep) else np.flatnonzero(~keep)
+        removed = _NONE_REMOVED if keep.dtype == np.bool_ and all_true(keep) else np.flatnonzero(~keep)
         return cls(keep, LazyReasons(reason, removed, keys), removed)
 
     def made(self) -> FilterVerdict:
