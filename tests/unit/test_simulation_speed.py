@@ -6,23 +6,27 @@ figures pinned, so a faster engine or sampler that changes a result is caught.""
 from __future__ import annotations
 
 import asyncio
+import gc
 import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from vmsched.contracts import ClusterReport
 from vmsched.scheduling.host_aggregates import aggregate_host
 from vmsched.scheduling.hosts import HostTable
-from vmsched.scheduling.policy import BUILTIN_POLICIES
+from vmsched.scheduling.policy import BUILTIN_POLICIES, Policy
+from vmsched.simulation import engine
 from vmsched.simulation.engine import Simulation, host_report, simulate
 from vmsched.simulation.generator import GeneratorSpec, generate
 from vmsched.simulation.packing_bound import bins_of, ffd_bins, lower_bound
+from vmsched.simulation.records import Sampler
 from vmsched.simulation.report import Recorder, policy_report
-from vmsched.simulation.workload import HostSpec
+from vmsched.simulation.workload import HostSpec, Workload
 
 
 def reference_ffd(
@@ -174,3 +178,30 @@ def test_states_kept_through_load_changes_equal_states_made_again() -> None:
         sim = Simulation(workload, BUILTIN_POLICIES[name], check)
         asyncio.run(sim.run())
     assert len(checked) > 10
+
+
+def test_the_collector_runs_rarely_while_the_cluster_is_built_and_the_day_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The collector's thresholds are GC_THRESHOLD from before the cluster is built (10,000 hosts'
+    reports and states are as many allocations as a stretch of the day) to the end of the run, and
+    are the caller's again after, also when building the cluster fails."""
+    seen: list[tuple[int, ...]] = []
+
+    class Watched(engine.Simulation):
+        def __init__(self, workload: Workload, policy: Policy, sampler: Sampler | None = None) -> None:
+            seen.append(gc.get_threshold())
+            super().__init__(workload, policy, sampler)
+
+    class Broken(engine.Simulation):
+        def __init__(self, workload: Workload, policy: Policy, sampler: Sampler | None = None) -> None:
+            raise RuntimeError("no cluster")
+
+    workload = generate(GeneratorSpec(hosts=4, vms=10, hours=1, seed=3))
+    before = gc.get_threshold()
+    monkeypatch.setattr(engine, "Simulation", Watched)
+    asyncio.run(engine.simulate(workload, BUILTIN_POLICIES["none"]))
+    assert seen == [engine.GC_THRESHOLD]
+    assert gc.get_threshold() == before
+    monkeypatch.setattr(engine, "Simulation", Broken)
+    with pytest.raises(RuntimeError):
+        asyncio.run(engine.simulate(workload, BUILTIN_POLICIES["none"]))
+    assert gc.get_threshold() == before

@@ -165,28 +165,37 @@ def _ids_ascending(host_ids: Sequence[str]) -> bool:
     return ids_ascend(host_ids) or all(a < b for a, b in pairwise(host_ids))
 
 
-def _best_rows(primary: FloatArray, top: int) -> IndexArray | None:
-    """Positions (ascending) of the hosts whose key is at most the `top`-th smallest key: the best
-    `top` hosts are among them whatever breaks ties. None when that takes a full sort (NaN keys)."""
-    bound = primary.min()
+def _best_rows(key: FloatArray, top: int, higher_wins: bool = False) -> IndexArray | None:
+    """Positions (ascending) of the hosts whose key is at least as good as the `top`-th best key
+    (the smallest, or with `higher_wins` the largest): the best `top` hosts are among them whatever
+    breaks ties. None when that takes a full sort (NaN keys). The key is read as it is, not negated
+    first (a pass over every host saved per decision)."""
+    first, worse = (np.maximum, np.less) if higher_wins else (np.minimum, np.greater)
+    at_least = np.greater_equal if higher_wins else np.less_equal
+    bound = first.reduce(key)
     for _ in range(top):  # each round admits at least one more host
         if np.isnan(bound):
             return None
-        rows: IndexArray = np.flatnonzero(primary <= bound)
+        rows: IndexArray = np.flatnonzero(at_least(key, bound))
         if len(rows) >= top:
             return rows
-        bound = primary[primary > bound].min()
+        bound = first.reduce(key[worse(key, bound)])
     return None
 
 
-def _order(host_ids: Sequence[str], totals: FloatArray, higher_wins: bool, top: int | None = None) -> list[int]:
+def _order(
+    host_ids: Sequence[str], totals: FloatArray, higher_wins: bool, top: int | None = None, *, whole: bool = False
+) -> list[int]:
+    """Positions best first (only the best `top` with `top`). `whole`: the totals are known to be
+    whole numbers below 2**53 / 10**TOTAL_DECIMALS, which rounding to TOTAL_DECIMALS gives back
+    unchanged (x * 10**9 is exact, rint keeps it, the division gives x back), so it is skipped."""
     if not host_ids:
         return []
-    key = np.round(totals, TOTAL_DECIMALS)
-    primary = -key if higher_wins else key
-    rows = _best_rows(primary, top) if top is not None and top < len(host_ids) else None
+    key = totals if whole else np.round(totals, TOTAL_DECIMALS)
+    rows = _best_rows(key, top, higher_wins) if top is not None and top < len(host_ids) else None
     if rows is not None:
-        primary = primary[rows]
+        key = key[rows]
+    primary = -key if higher_wins else key
     if _ids_ascending(host_ids):
         # Already in id order (a cluster's hosts are kept sorted by id): a stable sort on the totals
         # breaks ties by id, without building and comparing an array of strings.
@@ -210,7 +219,11 @@ def _select(
     points_fn: PointsFn,
     higher_wins: bool,
     top: int | None = None,
+    *,
+    whole_points: bool = False,
 ) -> Selection:
+    """`whole_points`: `points_fn` gives whole numbers of at most n - 1 (rank points), so with
+    whole factors the totals are whole too and need no rounding before they are compared."""
     # A table's ids as they are: a copy would lose what they know (ascending) and cost a pass.
     ids = host_ids if isinstance(host_ids, (tuple, TakenIds)) else tuple(host_ids)
     n = len(ids)
@@ -218,13 +231,17 @@ def _select(
     raws = [r for r, _, _ in bounded]
     points = [points_fn(u, r, lo, hi) for u, (r, lo, hi) in zip(units, bounded, strict=True)]
     totals = np.zeros(n, dtype=np.float64)
+    scaled = np.empty(n, dtype=np.float64)
     for u, p in zip(units, points, strict=True):
         # A unit that weighs every host the same adds one number (the same sums, in the same order).
-        totals += u.factor * p[0] if is_constant(p) else u.factor * p
+        if is_constant(p):
+            totals += u.factor * p[0]
+        else:
+            totals += np.multiply(p, u.factor, out=scaled)  # factor x points, into one buffer
     return Selection(
         selector=name,
         host_ids=ids,
-        order=_order(ids, totals, higher_wins, top),
+        order=_order(ids, totals, higher_wins, top, whole=whole_points and _whole_sums(units, n)),
         totals=totals,
         units=tuple(u.unit for u in units),
         factors=tuple(float(u.factor) for u in units),
@@ -232,6 +249,19 @@ def _select(
         points=points,
         higher_wins=higher_wins,
     )
+
+
+def _whole_sums(units: Sequence[WeighedUnit], n: int) -> bool:
+    """Whether sums of factor x (whole points of at most n - 1) are whole numbers that rounding to
+    TOTAL_DECIMALS leaves as they are: every factor whole and every partial sum of magnitude at
+    most (n - 1) x the factors' total below 2**53 / 10**TOTAL_DECIMALS (exact in a double even
+    times 10**TOTAL_DECIMALS)."""
+    bound = max(n - 1, 0) * sum(abs(float(u.factor)) for u in units)
+    return bound < _EXACT_TOTAL and all(float(u.factor).is_integer() for u in units)
+
+
+#: Largest whole total that x 10**TOTAL_DECIMALS is still an exact double (2**53).
+_EXACT_TOTAL: Final = float(2**53) / 10**TOTAL_DECIMALS
 
 
 # ------------------------------------------------------------------------------ rank
@@ -267,7 +297,9 @@ def rank_points(
         below = np.cumsum(counts) - counts  # hosts with a strictly smaller weight, per value
         per_value = below if direction is Direction.LOWER_IS_BETTER else n - (below + counts)
         # Points per value first (a few hundred), then one lookup per host.
-        counted: FloatArray = ((n - 1) - per_value).astype(np.float64).take(codes)
+        # Every code is a position in the table by construction: "clip" skips take's bounds
+        # checks (several times faster at 10,000 hosts; the same values).
+        counted: FloatArray = ((n - 1) - per_value).astype(np.float64).take(codes, mode="clip")
         return counted
     ordered = np.sort(raw)
     if direction is Direction.LOWER_IS_BETTER:
@@ -285,14 +317,14 @@ def _codes(raw: FloatArray, lo: float, hi: float) -> IndexArray | None:
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return None
     if hi - lo <= _COUNTING_SPAN:
-        if not bool(np.all(np.floor(raw) == raw)):
+        if np.count_nonzero(np.floor(raw) != raw):  # counted: faster than all() at 10,000 hosts
             return None
         codes: IndexArray = (raw - lo).astype(np.intp)
         return codes
     near = raw <= lo + _COUNTING_SPAN
     far = ~near
     close, away = raw[near], raw[far]
-    if not bool(np.all(np.floor(close) == close)):
+    if np.count_nonzero(np.floor(close) != close):
         return None
     codes = np.empty(len(raw), dtype=np.intp)
     codes[near] = (close - lo).astype(np.intp)
@@ -315,7 +347,13 @@ def rank_select(host_ids: Sequence[str], units: Sequence[WeighedUnit], *, top: i
     its value is sum(factor) x (n - 1) - score for every host, so both give the same order.
     """
     return _select(
-        "RankSelector", host_ids, units, lambda u, r, lo, hi: rank_points(r, u.direction, (lo, hi)), True, top
+        "RankSelector",
+        host_ids,
+        units,
+        lambda u, r, lo, hi: rank_points(r, u.direction, (lo, hi)),
+        True,
+        top,
+        whole_points=True,
     )
 
 

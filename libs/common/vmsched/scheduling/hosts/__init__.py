@@ -16,7 +16,7 @@ The package's rooms, one job each:
   arrays.py     the column array types, and arrays of one value for every host
 """
 
-from vmsched.scheduling.hosts.arrays import BoolArray, FloatArray, IndexArray, constant, is_constant
+from vmsched.scheduling.hosts.arrays import BoolArray, FloatArray, IndexArray, all_true, any_true, constant, is_constant
 from vmsched.scheduling.hosts.columns import (
     BOOLEAN_COLUMNS,
     NUMERIC_COLUMNS,
@@ -44,6 +44,8 @@ __all__ = [
     "Prefix",
     "SortedIds",
     "TakenIds",
+    "all_true",
+    "any_true",
     "constant",
     "ids_ascend",
     "is_constant",

@@ -25,9 +25,20 @@ def constant(n: int, value: float) -> FloatArray:
     return out
 
 
+def all_true(mask: BoolArray) -> bool:
+    """Whether every element of the boolean array `mask` is True (True when empty): counted, which
+    at 10,000 hosts is several times faster than `mask.all()` (a logical-and reduction)."""
+    return int(np.count_nonzero(mask)) == mask.size
+
+
+def any_true(mask: BoolArray) -> bool:
+    """Whether some element of the boolean array `mask` is True: counted, as in `all_true`."""
+    return int(np.count_nonzero(mask)) > 0
+
+
 def is_constant(values: npt.NDArray[Any]) -> bool:
     """Whether `values` is a `constant` array (one value stored once)."""
     return values.ndim == 1 and values.strides == (0,) and len(values) > 0
 
 
-__all__ = ["BoolArray", "FloatArray", "IndexArray", "constant", "is_constant"]
+__all__ = ["BoolArray", "FloatArray", "IndexArray", "all_true", "any_true", "constant", "is_constant"]

@@ -10,7 +10,7 @@ nothing pending gives that one back when nothing is pending again.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -19,6 +19,7 @@ from vmsched.contracts import PendingEntry
 from vmsched.scheduling.hosts.arrays import FloatArray
 from vmsched.scheduling.hosts.columns import BOOLEAN_COLUMNS, NOTHING, NUMERIC_COLUMNS, OBJECT_COLUMNS, PENDING_COLUMNS
 from vmsched.scheduling.hosts.derived import TableCache
+from vmsched.scheduling.hosts.sequences import Patched
 
 if TYPE_CHECKING:
     from vmsched.scheduling.hosts.table import HostTable
@@ -49,14 +50,17 @@ def with_pending(table: HostTable, entries: Iterable[PendingEntry], now: float |
     unpended = table._unpended
     if not placed and unpended is not None and same_state(table, unpended):
         return unpended._evolve(as_of=as_of)
+    empty = table._cluster is None and nothing_pending(table)
     if table._cluster is not None:
         unpended = None
-    elif nothing_pending(table):
+    elif empty:
         unpended = table
     n = len(table)
     zeros = tuple(np.zeros(n, dtype=np.float64) for _ in range(4))
-    # Most hosts have nothing pending: they share one empty set.
-    return _fold(table, placed, as_of, unpended, zeros, [NOTHING] * n, set())
+    # Most hosts have nothing pending: the column of a table with nothing pending (every host's
+    # set empty) with the few rows that hold a VM changed, not a new list and tuple of n sets.
+    base = table.pending_vm_ids if empty else unpended.pending_vm_ids if unpended is not None else None
+    return _fold(table, placed, as_of, unpended, zeros, base if base is not None else (NOTHING,) * n, set())
 
 
 def with_more_pending(folded: HostTable, entries: Iterable[PendingEntry]) -> HostTable:
@@ -74,8 +78,7 @@ def with_more_pending(folded: HostTable, entries: Iterable[PendingEntry]) -> Hos
     unpended = folded if nothing_pending(folded) else folded._unpended
     columns = (folded.pending_mem_mb, folded.pending_vcpus, folded.pending_cpus_pinned, folded.pending_vm_count)
     copies = tuple(c.copy() for c in columns)
-    vm_ids, rows = list(folded.pending_vm_ids), set(folded.pending_rows())
-    return _fold(folded, placed, folded.as_of, unpended, copies, vm_ids, rows)
+    return _fold(folded, placed, folded.as_of, unpended, copies, folded.pending_vm_ids, set(folded.pending_rows()))
 
 
 def _fold(
@@ -84,20 +87,23 @@ def _fold(
     as_of: float,
     unpended: HostTable | None,
     sums: tuple[FloatArray, ...],
-    vm_ids: list[frozenset[str]],
+    vm_ids: Sequence[frozenset[str]],
     rows: set[int],
 ) -> HostTable:
-    """`table` with the pending columns `sums` (memory, vCPUs, pinned CPUs, VM count) and `vm_ids`
-    (rows `rows` holding a VM), given fresh here, plus `placed` (row, entry) added in order."""
+    """`table` with the pending columns `sums` (memory, vCPUs, pinned CPUs, VM count), given fresh
+    here, and `vm_ids` (rows `rows` holding a VM; not changed here), plus `placed` (row, entry)
+    added in order."""
     mem, vcpus, pinned, count = sums
+    changed: dict[int, frozenset[str]] = {}
     for i, e in placed:
         mem[i] += e.mem_mb
         vcpus[i] += e.vcpus
         pinned[i] += e.cpus_pinned
         count[i] += 1
-        vm_ids[i] = vm_ids[i] | {e.vm_id}
+        changed[i] = changed.get(i, vm_ids[i]) | {e.vm_id}
         rows.add(i)
-    pending_ids = tuple(vm_ids)
+    # The rows that hold a VM now over the column as it was (a copy once they pile up).
+    pending_ids = Patched.of(vm_ids, changed)
     cache = table._cache
     return table._evolve(
         pending_mem_mb=mem,

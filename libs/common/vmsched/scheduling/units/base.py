@@ -45,7 +45,7 @@ from uuid import UUID, uuid5
 import numpy as np
 
 from vmsched.contracts import VmReport, VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, LazySequence
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, IndexArray, LazySequence, all_true
 from vmsched.scheduling.units.regex_audit import ambiguity
 from vmsched.scheduling.units.validation import PropertyValidation, ValidationCache, validate_properties
 
@@ -146,7 +146,8 @@ class FilterVerdict:
     ) -> FilterVerdict:
         """Build a verdict whose reasons call `reason(i)` for removed positions i, when read;
         `keys` (per host, optional): hosts of one key have one reason."""
-        removed = np.flatnonzero(~keep)
+        # Most filters remove no host: counting says so at a tenth of the cost of finding none.
+        removed = _NONE_REMOVED if keep.dtype == np.bool_ and all_true(keep) else np.flatnonzero(~keep)
         return cls(keep, LazyReasons(reason, removed, keys), removed)
 
     def made(self) -> FilterVerdict:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from vmsched.contracts import VmSpec
-from vmsched.scheduling.hosts import BoolArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, constant
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit, Props, prop_int
 from vmsched.scheduling.units.helpers import CPU_OVERCOMMIT_DURATION, HIGH_UTILIZATION, fmt_num, spm_load_share
 
@@ -144,16 +144,18 @@ def cpu_topology_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVer
     against host CPUs). oVirt's "resize and pin NUMA" rule (more than one core per socket, sockets
     = NUMA nodes) has no VmSpec counterpart.
     """
-    known = (hosts.cpu_cores > 0) & (hosts.cpu_sockets > 0)
+    # Kept with the table while its topology columns are the same (they rarely change).
+    known = hosts.derived("topology_known", ("cpu_cores", "cpu_sockets"), _topology_known)
     need = vm.cpu_threads_per_core
+    threads_per_core: FloatArray
     if vm.exclusive_cpus:
         threads_per_core = np.where(
             known & (hosts.cpu_threads > 0), np.floor_divide(hosts.cpu_threads, np.maximum(hosts.cpu_cores, 1)), 1.0
         )
         keep = known & (threads_per_core >= need)
     else:
-        threads_per_core = np.ones(len(hosts))
-        keep = known
+        threads_per_core = constant(len(hosts), 1.0)  # read by the reasons only: stored once
+        keep = known.copy()  # the verdict's own (the kept one is shared by the table's versions)
 
     def reason(i: int) -> str:
         if not known[i]:
@@ -168,6 +170,11 @@ def cpu_topology_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVer
         return f"dedicated CPUs need {need} threads per core, the host has {fmt_num(threads_per_core[i])} ({detail})"
 
     return FilterVerdict.from_mask(hosts, keep, reason)
+
+
+def _topology_known(hosts: HostTable) -> BoolArray:
+    out: BoolArray = (hosts.cpu_cores > 0) & (hosts.cpu_sockets > 0)
+    return out
 
 
 CPU = PolicyUnit(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from vmsched.contracts import VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, any_true
 from vmsched.scheduling.units.base import FilterVerdict, PolicyUnit, PropertySpec, Props, prop_int
 from vmsched.scheduling.units.helpers import fmt_num, max_scheduling_memory_mb, or_current_host, vm_memory_need_mb
 
@@ -101,7 +101,7 @@ def swap_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     """
     allowed = prop_int(props, "MaximumAllowedSwapUsage", 0)
     has_swap = hosts.derived("swap_known", ("swap_total_mb", "physical_mem_mb"), _swap_known)
-    if not has_swap.any():  # no host reports swap (and memory): none is known to swap
+    if not any_true(has_swap):  # no host reports swap (and memory): none is known to swap
         return FilterVerdict.keep_all(hosts)
     known = has_swap & (hosts.mem_free_mb > 0)
     beyond = hosts.swap_total_mb - hosts.swap_free_mb - hosts.mem_free_mb

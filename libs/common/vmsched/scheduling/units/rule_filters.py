@@ -40,19 +40,22 @@ def network_filter(hosts: HostTable, vm: VmSpec, props: Props) -> FilterVerdict:
     required = list(dict.fromkeys(vm.networks))  # de-duplicated, order kept for stable reasons
     if not required or len(hosts) == 0:
         return FilterVerdict.keep_all(hosts)
-    present = np.stack([hosts.has_network(net) for net in required])  # (networks, hosts)
-    keep: BoolArray = np.all(present, axis=0)
+    # Judged once per distinct set of networks (a cluster has a few), then read per host: one pass
+    # over the hosts, not two per network plus the stack and the reduction over them.
+    factors = hosts.factors("networks")
+    codes, offered = factors.codes, factors.values
+    fits = np.fromiter((all(net in v for net in required) for v in offered), dtype=np.bool_, count=len(offered))
+    keep: BoolArray = fits[codes]
 
     # A host's reason follows from its set of networks: made once per distinct set (a batch's
     # every VM removes the same few hundred hosts, and the summary reads their reasons).
-    codes = hosts.factors("networks").codes
     made: dict[int, str] = {}
 
     def reason(i: int) -> str:
         code = int(codes[i])
         said = made.get(code)
         if said is None:
-            missing = [net for j, net in enumerate(required) if not present[j, i]]
+            missing = [net for net in required if net not in offered[code]]
             noun = "network" if len(missing) == 1 else "networks"
             said = made[code] = f"missing {noun} {_names(missing)}"
         return said

@@ -19,7 +19,7 @@ from typing import Final
 import numpy as np
 
 from vmsched.contracts import VmSpec
-from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, constant
+from vmsched.scheduling.hosts import BoolArray, FloatArray, HostTable, all_true, constant
 from vmsched.scheduling.properties import (
     HA_RESERVATION_PROPERTY,
     HIGH_VM_COUNT_PROPERTY,
@@ -155,7 +155,7 @@ def even_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
     if ratio_limit != 0:  # without a limit the penalty is 1 everywhere
         load = vcpu_ratio_penalty(hosts, vm, cpus, ratio_limit) * load
     score = java_round(load)
-    return score if known.all() else np.where(known, score, WORST_WEIGHT)
+    return score if all_true(known) else np.where(known, score, WORST_WEIGHT)
 
 
 def power_saving_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
@@ -167,7 +167,7 @@ def power_saving_cpu_weight(hosts: HostTable, vm: VmSpec, props: Props) -> Float
     judged = known & ~(host_load > high * cpus)
     # 0 - x, not -x: -0.0 would print oddly in a score table.
     score = 0.0 - java_round(projected_load_per_cpu(hosts, vm, cpus, host_load))
-    return score if judged.all() else np.where(judged, score, WORST_WEIGHT)
+    return score if all_true(judged) else np.where(judged, score, WORST_WEIGHT)
 
 
 def even_memory_weight(hosts: HostTable, vm: VmSpec, props: Props) -> FloatArray:
