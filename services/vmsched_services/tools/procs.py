@@ -43,6 +43,10 @@ READY_ROUTE = {
 }
 
 
+#: Bound on one observation of the broker (a consumer count) before the observer reconnects.
+OBSERVE_TIMEOUT_S = 10.0
+
+
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that gives a child process the same Settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("VMSCHED_")}
@@ -197,15 +201,20 @@ class ServiceStack:
         """Consumers on the service's RPC queue (0 if the queue does not exist yet)."""
 
         for attempt in (1, 2):
-            if self._conn is None or self._conn.is_closed:
-                self._conn = await aio_pika.connect(self.settings.amqp_url)
             try:
-                return await consumer_count(self._conn, self.settings, service)
-            except (RuntimeError, ConnectionError, aio_pika.exceptions.AMQPError):
+                # Bounded: a connection whose reader died (seen once in a fault run, after kills
+                # under load) answers no channel open, and an unbounded wait hung the experiment.
+                async with asyncio.timeout(OBSERVE_TIMEOUT_S):
+                    if self._conn is None or self._conn.is_closed:
+                        self._conn = await aio_pika.connect(self.settings.amqp_url)
+                    return await consumer_count(self._conn, self.settings, service)
+            except (RuntimeError, ConnectionError, TimeoutError, aio_pika.exceptions.AMQPError):
                 # The broker closed this observer connection (a broker restart, a fault experiment):
-                # it can look open and still refuse channels. Once more, on a new one.
-                with contextlib.suppress(Exception):
-                    await self._conn.close()
+                # it can look open and still refuse channels, or not answer. Once more, on a new one.
+                if self._conn is not None:
+                    with contextlib.suppress(Exception):
+                        async with asyncio.timeout(OBSERVE_TIMEOUT_S):
+                            await self._conn.close()
                 self._conn = None
                 if attempt == 2:
                     raise

@@ -216,6 +216,12 @@ class StateCache:
             lock = self._locks[cluster_id] = asyncio.Lock()
         return lock
 
+    async def stored_settings(self, cluster_id: str) -> ClusterReport | None:
+        """The cluster's report as the tracker last applied it (None before the first), read from
+        Redis now, not from the cache."""
+        raw = await self._redis.get(self._keys.state_cluster(cluster_id))
+        return parse_stored(ClusterReport, raw) if raw is not None else None
+
     async def _current(self, cluster_id: str) -> int:
         raw = await self._redis.get(self._keys.state_version(cluster_id))
         if raw is None:

@@ -26,6 +26,10 @@ from vmsched_services.tools.chaos.base import Result, experiment_settings, run_t
 from vmsched_services.tools.chaos.stream import kill_and_replace
 from vmsched_services.tools.procs import ServiceProcess
 
+#: The kills must all happen within this: one waits for two trackers consuming, which a replacement
+#: reaches within seconds; past it the experiment fails instead of waiting for ever.
+KILLS_WITHIN_S = 180.0
+
 
 async def tracker_kill(
     base: Settings, log_dir: Path, *, kills: int = 3, report_every_s: float = 0.05, settle_s: float = 3.0, seed: int = 4
@@ -44,7 +48,13 @@ async def tracker_kill(
             rng = random.Random(seed)
             try:
                 await asyncio.sleep(settle_s)
+                give_up = time.monotonic() + KILLS_WITHIN_S
                 while len(takeovers) < kills:
+                    if time.monotonic() > give_up:
+                        raise RuntimeError(
+                            f"tracker_kill: {len(takeovers)} of {kills} kills in {KILLS_WITHIN_S:g} s: two trackers"
+                            " were never both consuming (see the trackers' logs)"
+                        )
                     # The oldest: the broker hands the queue to consumers in the order they came,
                     # so from the second kill on it is the consuming one (the first may hit the
                     # standby, which costs no takeover); the longest gap counts. Only while the

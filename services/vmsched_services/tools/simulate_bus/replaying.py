@@ -38,7 +38,9 @@ def stored_policy(policy: Policy, name: str) -> PolicyDocument:
 async def replay(svc: Services, workload: Workload, policy: Policy, sampler: Sampler | None = None) -> BusSimulation:
     """Replay `workload` under `policy` over the bus, on a cluster of its own, removed at the end."""
     cluster_id = f"{CLUSTER_PREFIX}{uuid.uuid4().hex[:12]}"
-    sim = BusSimulation(workload, policy, sampler, client=svc.client, pending=svc.pending, cluster_id=cluster_id)
+    sim = BusSimulation(
+        workload, policy, sampler, client=svc.client, pending=svc.pending, state=svc.state, cluster_id=cluster_id
+    )
     name = f"{cluster_id}-{policy.name}"[:128]
     attach = ClusterAttachment(cluster_id=cluster_id, policy=name)
     await svc.admin.apply(PolicySet(policies=[stored_policy(sim.policy, name)], clusters=[attach]))

@@ -1,9 +1,13 @@
 """A replay whose decisions the selector makes: before each, the simulated cluster is reported to
 the state tracker as an engine reports its own (a ClusterReport once, a HostReport per host that
 changed, a VmReport per VM started, moved or gone), and the replay waits until the tracker has
-applied them (the cluster's state version in Redis) and has cleared the pending record of every VM
-that settled; then the ScheduleRequest goes to the selector through SchedulerClient and the
-ScheduleDecision becomes the engine's Outcome."""
+applied them and has cleared the pending record of every VM that settled; then the ScheduleRequest
+goes to the selector through SchedulerClient and the ScheduleDecision becomes the engine's Outcome.
+
+The tracker applies a cluster's reports in order, those that wait together as one state version, so
+versions do not count reports: after a decision's reports the replay sends the cluster's own report
+once more, stamped with a time of its own (`reported_at`), and waits until Redis holds that stamp
+(the tracker applies a cluster report after every report before it)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
@@ -29,7 +34,7 @@ from vmsched.scheduling.placement import Outcome, Placed, Unplaceable, pending_e
 from vmsched.scheduling.policy import Policy
 from vmsched.simulation.engine import Sampler
 from vmsched.simulation.workload import Workload
-from vmsched.store import PendingStore
+from vmsched.store import PendingStore, StateCache
 from vmsched_services.tools.simulate_bus.recording import RecordingSimulation
 
 #: How long the state tracker may take to apply one decision's reports.
@@ -52,7 +57,7 @@ class _Reported:
     #: VMs the selector placed (started or migrated) whose pending record is still to be cleared by
     #: a report of where they are, with their spec (to report one that left before it was reported).
     awaiting: dict[str, VmSpec] = field(default_factory=dict)
-    #: Reports published: each one makes exactly one new state version.
+    #: Reports published.
     published: int = 0
 
 
@@ -73,6 +78,7 @@ class BusSimulation(RecordingSimulation):
         *,
         client: SchedulerClient,
         pending: PendingStore,
+        state: StateCache,
         cluster_id: str,
         catch_up_timeout_s: float = CATCH_UP_TIMEOUT_S,
     ) -> None:
@@ -83,8 +89,10 @@ class BusSimulation(RecordingSimulation):
         self.catch_up_timeout_s = catch_up_timeout_s
         self._client = client
         self._pending_store = pending
+        self._state = state
         self._reported = _Reported()
-        self._version_base = 0
+        #: The stamp of the last probe (the cluster's report sent again; see the module doc).
+        self._probe_at = datetime.fromtimestamp(0, UTC)
         #: The requests sent (their decisions are stored under these ids until the replay's end).
         self.request_ids: list[uuid.UUID] = []
         #: Per decision, wall seconds: reporting and waiting for the tracker, then the schedule call.
@@ -98,8 +106,6 @@ class BusSimulation(RecordingSimulation):
 
     async def prepare(self) -> None:
         """Register the cluster: its settings and every host, as the engine knows them at the start."""
-        _, _, version = await self._pending_store.snapshot_with_state(self.cluster_id)
-        self._version_base = version or 0
         await self._publish(self.settings.model_copy(update={"cluster_id": self.cluster_id}))
         for host_id in self.workload.host_ids():
             await self._report_host(host_id)
@@ -181,21 +187,28 @@ class BusSimulation(RecordingSimulation):
         rep.published += 1
 
     async def _caught_up(self) -> None:
-        """Wait until the tracker has applied every report published (the state version) and holds
-        no pending record but those of the VMs starting and the migrations in flight."""
-        want = self._version_base + self._reported.published
+        """Wait until the tracker has applied every report published (the probe that follows them is
+        in Redis) and holds no pending record but those of the VMs starting and the migrations in
+        flight."""
+        # Strictly later than the last probe, whatever the clock's resolution.
+        self._probe_at = max(datetime.now(UTC), self._probe_at + timedelta(microseconds=1))
+        await self._client.report_cluster(
+            self.settings.model_copy(update={"cluster_id": self.cluster_id, "reported_at": self._probe_at})
+        )
         in_flight = {e.vm_id for e in self.pending()}
         loop = asyncio.get_running_loop()
         end = loop.time() + self.catch_up_timeout_s
         while True:
-            _, pending, version = await self._pending_store.snapshot_with_state(self.cluster_id)
+            applied = await self._state.stored_settings(self.cluster_id)
+            stamp = applied.reported_at if applied is not None else None
+            _, pending = await self._pending_store.snapshot(self.cluster_id)
             # A record may have expired (wall clock) while the engine still has its flight: a subset.
-            if version is not None and version >= want and all(e.vm_id in in_flight for e in pending):
+            if stamp == self._probe_at and all(e.vm_id in in_flight for e in pending):
                 return
             if loop.time() > end:
                 raise CommandError(
                     f"the state tracker has not applied the simulation's reports within {self.catch_up_timeout_s:g} s "
-                    f"(cluster {self.cluster_id}: state version {version}, {want} expected; "
+                    f"(cluster {self.cluster_id}: {self._reported.published} reports sent, the last not applied; "
                     f"{len(pending)} pending record(s), {len(in_flight)} expected)",
                     hint="is the state-tracker running and keeping up (`vmsched run state-tracker`)? "
                     "Its log says why a report was refused",

@@ -15,7 +15,7 @@ from vmsched.client import SchedulerClient
 from vmsched.db import migrate
 from vmsched.policy_client import PolicyClient
 from vmsched.settings import Settings
-from vmsched.store import DecisionStore, PendingStore
+from vmsched.store import DecisionStore, PendingStore, StateCache
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.runner import run as run_services
 from vmsched_services.tools.procs import consumer_count
@@ -40,6 +40,8 @@ class Services:
     admin: PolicyClient
     pending: PendingStore
     decisions: DecisionStore
+    #: The cluster state in Redis, read directly (what the tracker has applied).
+    state: StateCache
     #: The services this process started (those no process was serving).
     started: list[str]
 
@@ -73,7 +75,7 @@ async def services(settings: Settings) -> AsyncIterator[Services]:
             task = await _start(missing, settings, stop) if missing else None
             try:
                 admin = PolicyClient(settings, bus=client.bus)
-                stores = PendingStore(redis, settings), DecisionStore(redis, settings)
+                stores = PendingStore(redis, settings), DecisionStore(redis, settings), StateCache(redis, settings)
                 yield Services(settings, client, admin, *stores, missing)
             finally:
                 stop.set()
