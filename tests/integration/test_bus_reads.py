@@ -96,8 +96,9 @@ async def test_clusters_list_counts_each_cluster_with_its_policy(
         await asyncio.sleep(0.05)
     assert (listing[a].hosts, listing[a].vms) == (2, 0)
     assert (listing[b].hosts, listing[b].vms) == (3, 1)
-    assert listing[a].state_version >= 2
-    assert listing[b].state_version >= 4
+    # At least one version per commit; reports that waited together share one (state_tracker.batches).
+    assert listing[a].state_version >= 1
+    assert listing[b].state_version >= 1
     assert listing[b].policy == "power_saving"
     assert listing[a].policy == default
 
