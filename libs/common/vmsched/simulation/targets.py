@@ -90,22 +90,7 @@ def _packing_why(r: PolicyReport) -> str:
 def _power_saving(r: PolicyReport) -> list[Verdict]:
     return [
         # Its churn, cut by the disruption budgets every balance unit obeys.
-        Verdict(
-            r.policy,
-            "migrations per host per hour",
-            r.migrations_per_host_hour,
-            0.25,
-            r.migrations_per_host_hour <= 0.25,
-            f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
-        ),
-        Verdict(
-            r.policy,
-            "VMs migrated back within their cool-down",
-            float(r.ping_pongs),
-            0.0,
-            r.ping_pongs == 0,
-            f"{r.returns} returns at any time",
-        ),
+        *_budget_churn(r),
         Verdict(
             r.policy,
             "hosts used / first-fit-decreasing hosts",
@@ -162,15 +147,15 @@ def _packing_means(r: PolicyReport) -> tuple[float, float, float, int]:
 BUDGET_CHURN_LIMIT = 0.25
 
 
-def _budget_churn(r: PolicyReport) -> list[Verdict]:
-    """Migrations per host per hour within BUDGET_CHURN_LIMIT, and no VM back within its cool-down."""
+def _churn(r: PolicyReport, limit: float) -> list[Verdict]:
+    """Migrations per host per hour within `limit`, and no VM back within its cool-down."""
     return [
         Verdict(
             r.policy,
             "migrations per host per hour",
             r.migrations_per_host_hour,
-            BUDGET_CHURN_LIMIT,
-            r.migrations_per_host_hour <= BUDGET_CHURN_LIMIT,
+            limit,
+            r.migrations_per_host_hour <= limit,
             f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
             f"{r.migrations} migrations in {r.balance_passes} passes, {r.returns} of them back to a host the VM left",
         ),
@@ -184,6 +169,11 @@ def _budget_churn(r: PolicyReport) -> list[Verdict]:
             f"{r.ping_pongs} VMs went back to a host within their cool-down: the cool-down did not hold them",
         ),
     ]
+
+
+def _budget_churn(r: PolicyReport) -> list[Verdict]:
+    """The churn within the disruption budgets' BUDGET_CHURN_LIMIT."""
+    return _churn(r, BUDGET_CHURN_LIMIT)
 
 
 def _tight_packing(r: PolicyReport) -> list[Verdict]:
@@ -252,35 +242,12 @@ def _spread_verdict(r: PolicyReport) -> Verdict:
 
 
 def _evenly_distributed(r: PolicyReport) -> list[Verdict]:
-    return [
-        _spread_verdict(r),
-        Verdict(
-            r.policy,
-            "migrations per host per hour",
-            r.migrations_per_host_hour,
-            1.0,
-            r.migrations_per_host_hour <= 1.0,
-            f"{r.migrations} migrations, {r.hosts} hosts, {r.sim_hours:g} h",
-            f"{r.migrations} migrations in {r.balance_passes} passes, {r.returns} of them back to a host the VM left",
-        ),
-        Verdict(
-            r.policy,
-            "VMs migrated back within their cool-down",
-            float(r.ping_pongs),
-            0.0,
-            r.ping_pongs == 0,
-            f"{r.returns} returns at any time",
-            f"{r.ping_pongs} VMs went back to a host within their cool-down: the cool-down did not hold them",
-        ),
-    ]
+    return [_spread_verdict(r), *_churn(r, 1.0)]
 
 
 def _even_spread(r: PolicyReport) -> list[Verdict]:
     """evenly_distributed's targets, held to the disruption budgets' 0.25 migrations per host per hour."""
-    found = _evenly_distributed(r)
-    churn = found[1]
-    found[1] = Verdict(churn.policy, churn.target, churn.value, 0.25, churn.value <= 0.25, churn.how)
-    return found
+    return [_spread_verdict(r), *_budget_churn(r)]
 
 
 def _vm_evenly_distributed(r: PolicyReport) -> list[Verdict]:
