@@ -47,7 +47,9 @@ async def stack(
 ) -> AsyncIterator[Settings]:
     """The services traced into `exporter`, logging at INFO (the selector's `decision` line)."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "log_level": "INFO", "log_format": "json"})
+    # The group goes to the filter-worker (not placed in the selector): the trace crosses that hop too.
+    update = {"postgres_url": database, "log_level": "INFO", "log_format": "json", "place_in_selector": False}
+    cfg = bus_settings.model_copy(update=update)
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses, span_exporter=exporter):
         assert Tracing.current is not None
         yield cfg

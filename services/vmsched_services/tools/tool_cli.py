@@ -149,6 +149,12 @@ def add_commands(sub: SubParsers[argparse.ArgumentParser]) -> None:
         " mixed in, sequential, 10x hosts, a burst of 1,000) at the largest --hosts size, --requests each",
     )
     s.add_argument(
+        "--workloads",
+        default=None,
+        metavar="NAMES",
+        help="with --suite: only these workloads, comma-separated (e.g. sequential,spread)",
+    )
+    s.add_argument(
         "--batch-size",
         type=positive_int,
         default=1000,

@@ -56,6 +56,7 @@ from vmsched.scheduling.policy import Policy
 from vmsched.scheduling.units import REGISTRY
 from vmsched.settings import Settings
 from vmsched.store.decisions import StoredDecision
+from vmsched.tracing import span
 
 T = TypeVar("T")
 
@@ -286,8 +287,11 @@ def runs_here(table: HostTable, request: PlaceRequest, units: Collection[str]) -
 
 
 async def local_place(table: HostTable, request: PlaceRequest) -> PlaceReply:
-    """What a filter-worker answers to `request`, worked out here on the same code (place_group)."""
-    results = await place_group(table, request)
+    """What a filter-worker answers to `request`, worked out here on the same code (place_group),
+    under the same span as the worker's: a trace shows the place step wherever it ran."""
+    attributes = {"vmsched.cluster": request.cluster_id, "vmsched.group_size": len(request.items)}
+    with span("vmsched.place", {**attributes, "vmsched.placed_by": "selector"}):
+        results = await place_group(table, request)
     return PlaceReply(request_id=request.request_id, state_version=request.state_version, results=results)
 
 

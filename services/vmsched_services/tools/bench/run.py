@@ -43,7 +43,7 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         n = max(sizes, default=1000)
         print(f"bench: the suite, {n} hosts per cluster, {args.requests} requests per workload ...", file=sys.stderr)
         try:
-            suite = await run_suite(settings, n, args.requests, args.seed, tag)
+            suite = await run_suite(settings, n, args.requests, args.seed, tag, only=_names(args.workloads))
         finally:
             await cleanup(settings)
         return {"when": datetime.now(UTC).isoformat(timespec="seconds"), "machine": _machine(), "suite": suite}
@@ -94,6 +94,10 @@ async def run_bench(args: argparse.Namespace, settings: Settings) -> dict[str, A
         result["sizes"][str(n)] = entry
     await cleanup(settings)
     return result
+
+
+def _names(value: str | None) -> frozenset[str] | None:
+    return None if value is None else frozenset(x.strip() for x in value.split(",") if x.strip())
 
 
 def _machine() -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, VmReport, VmStatus
 from vmsched.db import migrate
+from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
 from vmsched_services.tools.bench.data import host_reports, vm_spec
 from vmsched_services.tools.bench.floors import bench_hop, bench_lock
@@ -131,8 +132,29 @@ class _Engine:
             await asyncio.sleep(period)
 
 
-async def run_suite(settings: Settings, hosts: int, requests: int, seed: int, tag: str) -> dict[str, Any]:
-    """Every workload, in order, into one JSON-ready dict."""
+def chosen(plan: list[Workload], clusters: dict[str, int], only: frozenset[str] | None) -> list[Workload]:
+    """The workloads `only` names (all for None), in the suite's order; `clusters` keeps only those
+    they use, so the setup reports no cluster that is not used."""
+    known = [w.name for w in plan]
+    if only is not None:
+        unknown = sorted(only - set(known))
+        if unknown or not only:
+            raise InvalidRequest(
+                f"--workloads: unknown {', '.join(unknown) or '(none given)'}; the suite's are {', '.join(known)}"
+            )
+        plan = [w for w in plan if w.name in only]
+    used = {name for w in plan for name in w.clusters}
+    for name in [n for n in clusters if n not in used]:
+        del clusters[name]
+    return plan
+
+
+async def run_suite(
+    settings: Settings, hosts: int, requests: int, seed: int, tag: str, *, only: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """Every workload (or those `only` names), in order, into one JSON-ready dict."""
+    plan, clusters = workloads(hosts, requests, tag)
+    plan = chosen(plan, clusters, only)
     rng = random.Random(seed)
     await migrate(settings.postgres_url)
     result: dict[str, Any] = {
@@ -142,7 +164,6 @@ async def run_suite(settings: Settings, hosts: int, requests: int, seed: int, ta
         "lock": await bench_lock(settings, 300),
         "workloads": {},
     }
-    plan, clusters = workloads(hosts, requests, tag)
     sup = Supervisor(settings, Path(tempfile.mkdtemp(prefix="vmsched-bench-suite-")))
     try:
         for service in ("state-tracker", "filter-worker", "weigher", "selector"):

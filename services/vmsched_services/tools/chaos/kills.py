@@ -63,7 +63,8 @@ async def worker_kill(
     `requests` schedule requests run: every one is answered, within 5 s, exactly once."""
     res = Result("worker_kill", {"requests": requests, "clusters": clusters, "concurrency": concurrency})
     with timed(res):
-        settings = experiment_settings(base, "worker-kill")
+        # The workers must be on the path: the selector places no group itself here.
+        settings = experiment_settings(base, "worker-kill", place_in_selector=False)
         rng = random.Random(seed)
         services = ("state-tracker", "filter-worker", "filter-worker", "weigher", "weigher", "selector")
         tag = run_tag("wk")
