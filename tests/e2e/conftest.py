@@ -19,7 +19,7 @@ from vmsched.db import migrate
 from vmsched.settings import Settings
 from vmsched_services.tools.procs import ServiceProcess, ServiceStack
 
-__all__ = ["SERVICE_OVERRIDES", "ServiceProcess", "ServiceStack"]
+__all__ = ["SERVICE_OVERRIDES", "WORKERS_PLACE", "ServiceProcess", "ServiceStack"]
 
 #: Settings the service processes get on top of the run's: a small prefetch so messages spread
 #: over competing consumers, and an RPC timeout (used by the selector's filter and weigh calls) long
@@ -30,6 +30,10 @@ SERVICE_OVERRIDES: Mapping[str, Any] = {
     "lock_hold_timeout_s": 15.0,
     "log_level": "WARNING",
 }
+
+#: The environment that sends every group to the filter-workers (the selector places none itself):
+#: for tests of the workers' part.
+WORKERS_PLACE: Mapping[str, str] = {"VMSCHED_PLACE_IN_SELECTOR": "false"}
 
 
 @pytest.fixture(scope="module")

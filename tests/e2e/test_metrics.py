@@ -139,8 +139,11 @@ async def test_selector_and_state_tracker_export_decisions_gauges_and_readiness(
     assert _value(text, "vmsched_decisions_total", cluster=cluster, status="placed") == 1.0
     assert _value(text, "vmsched_decision_seconds_count", cluster=cluster) == 1.0
     assert "vmsched_lock_wait_seconds_count 1.0" in text
-    assert 'vmsched_rpc_seconds_count{route="place"} 1.0' in text
-    # The filter-worker placed the request (VMSCHED_PLACE_IN_WORKER, on by default): one call.
+    # The selector placed the small group itself (VMSCHED_PLACE_IN_SELECTOR, on by default): no
+    # call to a worker at all.
+    assert 'vmsched_place_groups_total{where="selector"} 1.0' in text
+    assert 'vmsched_place_groups_total{where="worker"}' not in text
+    assert 'vmsched_rpc_seconds_count{route="place"}' not in text
     assert 'vmsched_rpc_seconds_count{route="filter"}' not in text
     assert 'vmsched_rpc_seconds_count{route="weigh"}' not in text
     assert 'vmsched_messages_total{outcome="ok",queue="' in text

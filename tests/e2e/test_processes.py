@@ -22,7 +22,7 @@ import pytest
 
 from tests import factories
 from tests.e2e.cli import vmsched
-from tests.e2e.conftest import ServiceStack
+from tests.e2e.conftest import WORKERS_PLACE, ServiceStack
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import (
@@ -176,7 +176,8 @@ async def test_a_filter_worker_killed_with_requests_in_flight_loses_none(
     rabbitmqctl can be run) the place queue shows unacknowledged messages. SIGKILL A: the broker
     requeues A's unacked requests to B, and every schedule request is placed within its timeout.
     """
-    a, _b = (await stack.start("state-tracker", "filter-worker", "filter-worker", "weigher", "selector"))[1:3]
+    services = ("state-tracker", "filter-worker", "filter-worker", "weigher", "selector")
+    a, _b = (await stack.start(*services, env=WORKERS_PLACE))[1:3]
     n = 8
     clusters = [f"kill-{unique}-{i}" for i in range(n)]
     await asyncio.gather(*(make_cluster(client, cl, 3) for cl in clusters))

@@ -14,12 +14,13 @@ from datetime import UTC, datetime
 import pytest
 
 from tests.e2e.cli import attach_policy, vmsched
-from tests.e2e.conftest import ServiceStack
+from tests.e2e.conftest import SERVICE_OVERRIDES, WORKERS_PLACE, ServiceStack
 from tests.factories import host_report
 from vmsched import constants as c
 from vmsched.client import SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, VmSpec
 from vmsched.scheduling.policy import Policy, PolicyFilter
+from vmsched.settings import Settings
 
 pytestmark = pytest.mark.e2e
 
@@ -37,6 +38,21 @@ async def queue_arguments(prefix: str) -> dict[str, str]:
     out, _ = await asyncio.wait_for(proc.communicate(), 60)
     rows = (line.split("\t", 1) for line in out.decode().splitlines() if "\t" in line)
     return {name: args for name, args in rows if name.startswith(prefix)}
+
+
+@pytest.fixture
+def service_settings(settings: Settings, migrated_database: str) -> Settings:
+    """Prefixes of its own: the catalogues an earlier test's killed workers announced (they live
+    until their TTL) are not this test's running instances."""
+    own = uuid.uuid4().hex[:6]
+    return settings.model_copy(
+        update={
+            "postgres_url": migrated_database,
+            **SERVICE_OVERRIDES,
+            "amqp_prefix": f"{settings.amqp_prefix}ur-{own}.",
+            "redis_prefix": f"{settings.redis_prefix}:ur-{own}",
+        }
+    )
 
 
 def racks_policy() -> Policy:
@@ -61,7 +77,8 @@ def builtin_policy() -> Policy:
 async def test_a_plugin_policy_goes_only_to_the_filter_worker_with_the_plugin(
     stack: ServiceStack, client: SchedulerClient, unique: str
 ) -> None:
-    await stack.start("state-tracker", "weigher", "selector", "policy-admin")
+    # Every group goes to a worker: the routing by catalogue is what this tests.
+    await stack.start("state-tracker", "weigher", "selector", "policy-admin", env=WORKERS_PLACE)
     [with_plugin] = await stack.start("filter-worker")
     [without] = await stack.start("filter-worker", env={"VMSCHED_PLUGINS": "false"})
     racks, plain = f"racks-{unique}", f"plain-{unique}"

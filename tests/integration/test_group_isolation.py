@@ -39,7 +39,9 @@ async def stack(
 ) -> AsyncIterator[Settings]:
     """The tracker and a selector; the worker is a real FilterWorker that refuses VMs named *-bad."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "place_in_worker": request.param})
+    # The groups go to the test's worker (the selector places none itself).
+    update = {"postgres_url": database, "place_in_worker": request.param, "place_in_selector": False}
+    cfg = bus_settings.model_copy(update=update)
     async with services(cfg, "state-tracker", "weigher", "selector", bus=buses):
         rt = await buses.runtime(cfg, "picky-filter-worker")
         worker = FilterWorker(rt)

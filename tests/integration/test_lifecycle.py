@@ -26,7 +26,7 @@ from vmsched.lifecycle.decisions import unplaceable
 from vmsched.scheduling.placement import pending_entry
 from vmsched.scheduling.policy import DEFAULT_POLICY, Policy
 from vmsched.settings import Settings
-from vmsched.store.decisions import request_fingerprint
+from vmsched.store.decisions import StoredDecision, request_fingerprint
 
 pytestmark = [
     pytest.mark.integration,
@@ -116,6 +116,15 @@ async def events_of(seen: list[ScheduleDecision], request_id: uuid.UUID, n: int 
     return [d for d in seen if d.request_id == request_id]
 
 
+async def marked_record(lc: Lifecycle, req: ScheduleRequest) -> StoredDecision:
+    """The request's stored record once its group has left the lock: the answer goes out before
+    the event's mark, which is written before the lock is released."""
+    async with lc.locks.hold(req.cluster_id):
+        record = await lc.decisions.record(req.cluster_id, req.request_id)
+    assert record is not None
+    return record
+
+
 async def test_a_placed_request_is_recorded_stored_published_and_replayed(life: Life, unique: str) -> None:
     cluster = f"lc-{unique}"
     lc = life.lifecycle
@@ -131,8 +140,7 @@ async def test_a_placed_request_is_recorded_stored_published_and_replayed(life: 
         assert [(p.vm_id, p.host_id, p.mem_mb, p.request_id, p.fencing_token) for p in pending] == [
             (f"vm-{unique}", d.host_id, 1024 + 64, req.request_id, d.fencing_token)
         ]
-        record = await lc.decisions.record(req.cluster_id, req.request_id)
-        assert record is not None
+        record = await marked_record(lc, req)
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
         [stages] = life.timer.heard(req.request_id)
@@ -162,8 +170,7 @@ async def test_an_unplaceable_request_is_stored_and_published_holding_nothing(li
         assert d.status is DecisionStatus.UNPLACEABLE
         assert "Memory" in d.explanation.summary
         assert await lc.pending.read(cluster) == []
-        record = await lc.decisions.record(req.cluster_id, req.request_id)
-        assert record is not None
+        record = await marked_record(lc, req)
         assert (record.decision, record.published) == (d, True)
         assert await events_of(seen, req.request_id) == [d]
         assert await lc.decide(req) == d

@@ -23,7 +23,7 @@ from tests.integration.conftest import services
 from vmsched import constants as c
 from vmsched.bus import connect
 from vmsched.client import SchedulerClient
-from vmsched.contracts import PolicyListing, PolicyQuery, ScheduleDecision, VmSpec
+from vmsched.contracts import PolicyListing, PolicyQuery, ScheduleDecision, StateReports, VmSpec
 from vmsched.db import migrate
 from vmsched.errors import NotAuthorized
 from vmsched.policy_client import PolicyClient
@@ -81,13 +81,15 @@ async def test_each_role_does_its_job_declaring_nothing(stack: Settings, setting
 
         following = asyncio.create_task(follow())
         try:
-            for i in range(2):
-                await engine.report_host(
-                    host_report(cluster, f"h{i}", cpu_cores=16, physical_mem_mb=65536, mem_free_mb=60000)
-                )
-            await engine.wait_for_state(cluster, hosts=2)
+            await engine.report_host(host_report(cluster, "h0", cpu_cores=16, physical_mem_mb=65536, mem_free_mb=60000))
+            # Many reports as one message: on the engine's topic permissions too.
+            more = [
+                host_report(cluster, f"h{i}", cpu_cores=16, physical_mem_mb=65536, mem_free_mb=60000) for i in (1, 2)
+            ]
+            await engine.report_states(StateReports(cluster_id=cluster, hosts=more))
+            await engine.wait_for_state(cluster, hosts=3)
             decision = await engine.schedule(cluster, VmSpec(vm_id="vm-1", mem_mb=1024, vcpus=1))
-            assert decision.host_id in {"h0", "h1"}
+            assert decision.host_id in {"h0", "h1", "h2"}
             seen = await asyncio.wait_for(decisions.get(), 10)
             assert seen.request_id == decision.request_id
         finally:

@@ -1,26 +1,32 @@
 """The state tracker's intake as an engine meets it, on RabbitMQ and in memory: a report whose routing
 key and body name different clusters is refused (dead-lettered, saying both), a newer engine's
 report with fields this version does not know is applied without them, and on RabbitMQ a report
-without the `type` property is dead-lettered as asyncapi.json says."""
+without the `type` property is dead-lettered as asyncapi.json says. Many reports in one
+StateReports (as ReportBatcher sends them) are applied as the same reports one by one, pending
+records cleared; a misfiled one is refused whole."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import aio_pika
 import pytest
 
+from tests.factories import vm_report
 from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
 from vmsched import constants as c
 from vmsched.bus.amqp import AmqpBus
 from vmsched.bus.codec import CONTENT_TYPE, encode
-from vmsched.client import SchedulerClient
-from vmsched.contracts import HostReport
+from vmsched.client import ReportBatcher, SchedulerClient
+from vmsched.contracts import HostReport, PendingEntry, StateReports, VmStatus
 from vmsched.db import migrate
 from vmsched.settings import Settings
+from vmsched.store import Keys, PendingStore
+from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
@@ -133,3 +139,67 @@ async def test_a_report_without_the_type_property_is_dead_lettered(
     _, reason, _ = await _dead_letter(buses, stack, encode(report))
     assert "no type property" in reason
     assert "HostReport" in reason
+
+
+async def test_many_reports_in_one_message_are_applied_as_the_same_reports_one_by_one(
+    stack: Settings, client: SchedulerClient, unique: str
+) -> None:
+    """Hosts and VMs in one StateReports: every host and VM is in the state, and the VM reported
+    running on the host it was placed on has its pending record cleared (as a lone VmReport does)."""
+    cluster = f"many-{unique}"
+    redis = connect(stack)
+    try:
+        await redis.set(Keys.from_settings(stack).fence(cluster), 1)
+        placed = PendingEntry(
+            vm_id="vm-0", host_id="h0", mem_mb=512, vcpus=1, request_id=uuid.uuid4(), fencing_token=1, expires_at=1e10
+        )
+        await PendingStore(redis, stack).record(cluster, [placed], 1)
+        hosts = [_host(cluster, f"h{i}") for i in range(3)]
+        vms = [vm_report(cluster, f"vm-{i}", f"h{i % 3}", mem_mb=512, vcpus=1) for i in range(5)]
+        await client.report_states(StateReports(cluster_id=cluster, hosts=hosts, vms=vms))
+        state = await client.wait_for_state(cluster, hosts=3, timeout=10)
+        assert sorted(h.report.host_id for h in state.hosts) == ["h0", "h1", "h2"]
+        assert sorted(v.vm_id for v in state.vms) == [f"vm-{i}" for i in range(5)]
+        assert await PendingStore(redis, stack).read(cluster) == []
+    finally:
+        await redis.aclose()
+
+
+async def test_reports_handed_in_together_go_as_one_message_and_in_their_order(
+    stack: Settings, client: SchedulerClient, unique: str
+) -> None:
+    """ReportBatcher: a VM reported up, then down, then up elsewhere, among other reports handed in
+    at once, ends as the last report says."""
+    cluster = f"batched-{unique}"
+    batcher = ReportBatcher(client)
+    await asyncio.gather(*(batcher.report(_host(cluster, f"h{i}")) for i in range(3)))
+    await client.wait_for_state(cluster, hosts=3, timeout=10)
+    steps = [
+        vm_report(cluster, "vm-x", "h0", mem_mb=512, vcpus=1),
+        vm_report(cluster, "vm-x", None, VmStatus.DOWN, mem_mb=512, vcpus=1),
+        *(vm_report(cluster, f"vm-{i}", "h1", mem_mb=256, vcpus=1) for i in range(20)),
+        vm_report(cluster, "vm-x", "h2", mem_mb=1024, vcpus=2),
+    ]
+    await asyncio.gather(*(batcher.report(r) for r in steps))
+    await batcher.wait_sent()
+    for _ in range(200):
+        state = await client.state(cluster)
+        if len(state.vms) >= 21:
+            break
+        await asyncio.sleep(0.05)
+    [x] = [v for v in state.vms if v.vm_id == "vm-x"]
+    assert (x.host_id, x.mem_mb, x.vcpus, x.status) == ("h2", 1024, 2, VmStatus.RUNNING)
+
+
+async def test_a_state_reports_message_filed_under_another_cluster_is_refused_whole(
+    stack: Settings, buses: Buses, client: SchedulerClient, unique: str
+) -> None:
+    body_cluster, key_cluster = f"sbody-{unique}", f"skey-{unique}"
+    misfiled = StateReports(cluster_id=body_cluster, hosts=[_host(body_cluster, "h1"), _host(body_cluster, "h2")])
+    await client.bus.publish(c.state_reports_key(key_cluster), misfiled)
+    _, reason, _ = await _dead_letter(buses, stack, encode(misfiled))
+    assert f"'{key_cluster}'" in reason
+    assert f"'{body_cluster}'" in reason
+    await client.report_states(StateReports(cluster_id=body_cluster, hosts=[_host(body_cluster, "h3")]))
+    await client.wait_for_state(body_cluster, hosts=1, timeout=10)
+    assert await _host_ids(client, body_cluster) == ["h3"]

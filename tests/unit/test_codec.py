@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from vmsched.contracts import (
     HostStatus,
     Message,
     ScheduleRequest,
+    StateReports,
     StateRequest,
     UnitCall,
     VmReport,
@@ -207,6 +209,42 @@ def test_an_engine_event_with_unknown_fields_decodes_without_them(event: Message
     assert decoded == event
     assert decoded.__pydantic_extra__ == {}
     assert field not in json.loads(encode(decoded))  # nothing unknown is stored or forwarded
+
+
+def test_the_reports_a_state_reports_carries_decode_without_their_unknown_fields() -> None:
+    """The reports inside one message are events too: what a newer engine added is dropped from each."""
+    field = f"gpu_{uuid.uuid4().hex[:8]}"
+    message = StateReports(cluster_id="c1", hosts=[HOST], vms=[VM, VM])
+    raw = json.loads(encode(message))
+    raw["hosts"][0][field] = 1
+    raw["vms"][1][field] = {"x": [1, 2]}
+    decoded = decode(json.dumps(raw).encode(), StateReports)
+    assert decoded == message
+    assert all(r.__pydantic_extra__ == {} for r in decoded.reports())
+    assert field not in encode(decoded).decode()
+
+
+@pytest.mark.parametrize(
+    ("hosts", "vms", "says"),
+    [
+        ([], [], "no reports"),
+        ([HOST], [VM.model_copy(update={"cluster_id": "c2"})], "vms[0] names cluster 'c2'"),
+        ([HOST.model_copy(update={"cluster_id": "c2"})], [], "hosts[0] names cluster 'c2'"),
+        ([HOST] * 600, [VM] * 401, "1001 reports; at most 1000"),
+    ],
+)
+def test_a_state_reports_message_out_of_bounds_is_refused_saying_where(
+    hosts: list[HostReport], vms: list[VmReport], says: str
+) -> None:
+    body = json.dumps(
+        {
+            "cluster_id": "c1",
+            "hosts": [json.loads(encode(h)) for h in hosts],
+            "vms": [json.loads(encode(v)) for v in vms],
+        }
+    ).encode()
+    with pytest.raises(InvalidRequest, match=re.escape(says)):
+        decode(body, StateReports)
 
 
 @pytest.fixture

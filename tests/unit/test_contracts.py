@@ -16,7 +16,16 @@ from pydantic import BaseModel, ValidationError
 
 from vmsched import constants, errors
 from vmsched.bus import dispatch
-from vmsched.contracts import ClusterReport, HostReport, Message, ResyncComplete, ScheduleRequest, VmReport, VmSpec
+from vmsched.contracts import (
+    ClusterReport,
+    HostReport,
+    Message,
+    ResyncComplete,
+    ScheduleRequest,
+    StateReports,
+    VmReport,
+    VmSpec,
+)
 from vmsched.contracts.base import EngineEvent
 from vmsched_services.tools.asyncapi import ALL_MODELS, EVENTS, RPCS, asyncapi, check
 from vmsched_services.tools.security.roles import ROLES
@@ -67,7 +76,7 @@ def test_every_rpc_has_a_request_and_a_reply_channel() -> None:
 
 #: The events engines publish: fields this version does not know are ignored (and logged), so a
 #: newer engine's state is not dead-lettered. Every other model refuses them.
-ENGINE_EVENTS: set[type[Message]] = {ClusterReport, HostReport, VmReport, ResyncComplete}
+ENGINE_EVENTS: set[type[Message]] = {ClusterReport, HostReport, VmReport, StateReports, ResyncComplete}
 
 
 def _nested_models(annotation: Any) -> list[type[BaseModel]]:

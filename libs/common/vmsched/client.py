@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Self
@@ -44,12 +45,14 @@ from vmsched.contracts import (
     ResyncRequested,
     ScheduleDecision,
     ScheduleRequest,
+    StateReports,
     StateRequest,
     VmReport,
     VmSpec,
     WhatIfReply,
     WhatIfRequest,
 )
+from vmsched.contracts.state import MAX_STATE_REPORTS
 from vmsched.errors import InvalidRequest, RemoteError
 from vmsched.settings import Settings
 from vmsched.tracing import Tracing, span
@@ -240,6 +243,11 @@ class SchedulerClient(BusClient):
     async def report_vm(self, report: VmReport) -> None:
         await self.bus.publish(c.vm_report_key(report.cluster_id), report)
 
+    async def report_states(self, reports: StateReports) -> None:
+        """Several of one cluster's host and VM reports as one message (see StateReports);
+        `ReportBatcher` makes them from reports handed in one at a time."""
+        await self.bus.publish(c.state_reports_key(reports.cluster_id), reports)
+
     # Removals are administration: asked of policy-admin (RPC), which checks that this client's AMQP
     # user is an administrator (else RemoteError not_authorized), records them in the audit log and
     # publishes the removal event the state tracker applies in order with the reports.
@@ -300,4 +308,66 @@ def _event_bindings(cluster_id: str) -> tuple[list[str], list[Any]]:
     return bindings, [ScheduleDecision, MigrationDecision, PowerAction, HaAlert, HaRecovered, MaintenancePlan]
 
 
-__all__ = ["BusClient", "SchedulerClient"]
+class ReportBatcher:
+    """Hands an engine's host and VM reports to the state tracker in as few messages as keeps them
+    in order: a cluster's reports wait while that cluster's previous message is being confirmed,
+    then go together as one StateReports (at most MAX_STATE_REPORTS; a lone report as itself). No
+    timer: a report handed in while nothing of its cluster is in flight goes at once (on the next
+    pass of the event loop, with whatever else came in meanwhile).
+
+    `report` returns once its message is confirmed, or raises what publishing it raised. A cluster's
+    messages go one at a time, so its reports reach the broker in the order they were handed in
+    (hosts before VMs within one message: see StateReports)."""
+
+    def __init__(self, client: SchedulerClient, *, max_reports: int = MAX_STATE_REPORTS) -> None:
+        if not 1 <= max_reports <= MAX_STATE_REPORTS:
+            raise ValueError(f"max_reports must be within 1..{MAX_STATE_REPORTS}, not {max_reports}")
+        self._client = client
+        self._max = max_reports
+        self._waiting: dict[str, deque[tuple[HostReport | VmReport, asyncio.Future[None]]]] = {}
+        self._senders: dict[str, asyncio.Task[None]] = {}
+
+    async def report(self, report: HostReport | VmReport) -> None:
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(report.cluster_id, deque()).append((report, done))
+        if report.cluster_id not in self._senders:
+            self._senders[report.cluster_id] = asyncio.create_task(self._send(report.cluster_id))
+        # Shielded: a caller that stops waiting does not take its report out of a message.
+        await asyncio.shield(done)
+
+    async def wait_sent(self) -> None:
+        """Until everything handed in so far is confirmed or has failed."""
+        while self._senders:
+            await asyncio.wait(list(self._senders.values()))
+
+    async def _send(self, cluster: str) -> None:
+        waiting = self._waiting[cluster]
+        try:
+            while waiting:
+                taken = [waiting.popleft() for _ in range(min(len(waiting), self._max))]
+                try:
+                    await self._publish(cluster, [r for r, _ in taken])
+                except Exception as exc:
+                    for _, done in taken:
+                        if not done.done():
+                            done.set_exception(exc)
+                else:
+                    for _, done in taken:
+                        if not done.done():
+                            done.set_result(None)
+        finally:
+            del self._senders[cluster]
+            if not waiting:
+                del self._waiting[cluster]
+
+    async def _publish(self, cluster: str, reports: list[HostReport | VmReport]) -> None:
+        if len(reports) == 1:
+            (one,) = reports
+            await (self._client.report_host(one) if isinstance(one, HostReport) else self._client.report_vm(one))
+            return
+        hosts = [r for r in reports if isinstance(r, HostReport)]
+        vms = [r for r in reports if isinstance(r, VmReport)]
+        await self._client.report_states(StateReports(cluster_id=cluster, hosts=hosts, vms=vms))
+
+
+__all__ = ["BusClient", "ReportBatcher", "SchedulerClient"]

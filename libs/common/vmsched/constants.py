@@ -156,6 +156,8 @@ def rpc_exchange(route: str) -> str:
 # Keys end in the cluster id so a subscriber can bind to one cluster ("decision.c1") or all ("decision.*").
 HOST_REPORT_PREFIX: Final = "state.host"
 VM_REPORT_PREFIX: Final = "state.vm"
+#: Several of one cluster's host and VM reports in one message (contracts.StateReports).
+STATE_REPORTS_PREFIX: Final = "state.reports"
 CLUSTER_REPORT_PREFIX: Final = "state.cluster"
 HOST_REMOVED_PREFIX: Final = "state.host-removed"
 CLUSTER_REMOVED_PREFIX: Final = "state.cluster-removed"
@@ -210,6 +212,10 @@ def vm_report_key(cluster_id: str) -> str:
     return f"{VM_REPORT_PREFIX}.{cluster_id}"
 
 
+def state_reports_key(cluster_id: str) -> str:
+    return f"{STATE_REPORTS_PREFIX}.{cluster_id}"
+
+
 def cluster_report_key(cluster_id: str) -> str:
     return f"{CLUSTER_REPORT_PREFIX}.{cluster_id}"
 
@@ -260,6 +266,7 @@ CLUSTER_KEYED_EVENTS: Final[dict[str, str]] = {
     "ClusterReport": CLUSTER_REPORT_PREFIX,
     "HostReport": HOST_REPORT_PREFIX,
     "VmReport": VM_REPORT_PREFIX,
+    "StateReports": STATE_REPORTS_PREFIX,
     "HostRemoved": HOST_REMOVED_PREFIX,
     "ClusterRemoved": CLUSTER_REMOVED_PREFIX,
     "ResyncRequested": RESYNC_REQUESTED_PREFIX,

@@ -32,6 +32,11 @@ DECISIONS = Counter("vmsched_decisions_total", "Schedule decisions, by cluster a
 DECISION_SECONDS = Histogram(
     "vmsched_decision_seconds", "Selector time per decision, by cluster", ["cluster"], buckets=_LATENCY_BUCKETS
 )
+PLACED_GROUPS = Counter(
+    "vmsched_place_groups_total",
+    "Groups of requests placed, by where: in the selector itself or by a filter-worker (`place` call)",
+    ["where"],
+)
 LOCK_WAIT_SECONDS = Histogram("vmsched_lock_wait_seconds", "Time waiting for a cluster lock", buckets=_LATENCY_BUCKETS)
 STATE_REPORTS = Counter("vmsched_state_reports_total", "Engine state reports applied, by kind", ["kind"])
 

@@ -63,17 +63,42 @@ class ReportQueue:
         """Apply `report` after every report submitted before it; returns once it is in Redis, or
         raises what applying it raised. Queued before the first await, so reports are applied in
         the order their handlers were called."""
+        # A handler cancelled while waiting (its consumer closing) cancels `done`: the drain skips
+        # the report if it has not taken it yet, as a handler waiting for its turn never applied it.
+        await self._queue([report])[0]
+
+    async def submit_all(self, reports: Sequence[Message]) -> list[BaseException | None]:
+        """Apply `reports` (one message's), in order, after every report submitted before them, as
+        `submit` does each; returns each one's outcome once all are settled. A cancellation of the
+        caller cancels those not taken yet, as it does a lone report's."""
+        waiting = self._queue(reports)
+        if not waiting:
+            return []
+        try:
+            await asyncio.wait(waiting)
+        except asyncio.CancelledError:
+            for done in waiting:
+                done.cancel()
+            raise
+        for done in waiting:
+            if done.cancelled():
+                raise asyncio.CancelledError("the state tracker is stopping")
+        return [done.exception() for done in waiting]
+
+    def _queue(self, reports: Sequence[Message]) -> list[asyncio.Future[None]]:
         if self._closed:
             # The service is stopping: the report is left unacked, for the broker to deliver again.
             raise asyncio.CancelledError("the state tracker is stopping")
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.append((report, done))
+        loop = asyncio.get_running_loop()
+        waiting: list[asyncio.Future[None]] = []
+        for report in reports:
+            done: asyncio.Future[None] = loop.create_future()
+            self._waiting.append((report, done))
+            waiting.append(done)
         if self._drain is None or self._drain.done():
             # A context of its own: not the first handler's (its sender, its log bindings).
             self._drain = asyncio.create_task(self._run(), name="state-reports", context=contextvars.Context())
-        # A handler cancelled while waiting (its consumer closing) cancels `done`: the drain skips
-        # the report if it has not taken it yet, as a handler waiting for its turn never applied it.
-        await done
+        return waiting
 
     def close(self) -> None:
         """Stop applying: the batch being applied is cancelled where it is, and every handler still

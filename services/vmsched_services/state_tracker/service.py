@@ -39,6 +39,7 @@ from vmsched.contracts import (
     PendingEntry,
     ResyncComplete,
     ResyncRequested,
+    StateReports,
     StateRequest,
     VmReport,
     VmStatus,
@@ -102,7 +103,32 @@ class StateTracker:
         if isinstance(report, HostRemoved | ClusterRemoved):
             # Checked before taking a turn: a refusal changes nothing, so it waits for no one.
             require_one_of(self.removers, "removals need", REMOVERS, message="event")
+        if isinstance(report, StateReports):
+            await self._on_reports(report)
+            return
         await self.queue.submit(received(report))
+
+    async def _on_reports(self, message: StateReports) -> None:
+        """Its reports join the queue as lone ones would, in its order. Acked once all are in; a
+        server away fails it whole (delivered again: a report applied twice stores what it did
+        once); reports refused for what they say are logged by position and the message dead-lettered
+        with the first one's reason, the rest staying applied."""
+        reports = message.reports()
+        outcomes = await self.queue.submit_all([received(r) for r in reports])
+        failed = [(i, exc) for i, exc in enumerate(outcomes) if exc is not None]
+        if not failed:
+            return
+        away = next((exc for _, exc in failed if self._away(exc)), None)
+        if away is not None:
+            raise away
+        log.warning(
+            "reports of a StateReports refused; the others are applied",
+            cluster=message.cluster_id,
+            refused=[f"{StateReports.position(i, len(message.hosts))}: {exc}" for i, exc in failed],
+            of=len(reports),
+        )
+        # Its dead letter says why the first was refused (the log line names them all).
+        raise failed[0][1]
 
     async def _apply(self, report: Message) -> None:
         if isinstance(report, ResyncComplete):
@@ -212,7 +238,16 @@ async def start(rt: Runtime) -> None:
     await tracker.load()
     await rt.bus.subscribe(
         [c.STATE_EVENTS_BINDING],
-        [ClusterReport, HostReport, VmReport, HostRemoved, ClusterRemoved, ResyncComplete, ResyncRequested],
+        [
+            ClusterReport,
+            HostReport,
+            VmReport,
+            StateReports,
+            HostRemoved,
+            ClusterRemoved,
+            ResyncComplete,
+            ResyncRequested,
+        ],
         tracker.on_report,
         queue=c.STATE_EVENTS_QUEUE,
     )

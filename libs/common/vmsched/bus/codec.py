@@ -81,18 +81,27 @@ def decode(body: bytes, model: type[M], *, max_bytes: int | None = None) -> M:
         text, loc = describe_validation_error(exc)
         raise InvalidRequest(f"invalid {model.__name__}: {text}", location=loc) from None
     # Only EngineEvent models keep unknown fields (extra="allow"); every other model has None here.
-    if message.__pydantic_extra__:
+    # One that carries events of its own (contracts.StateReports) may hold them in those too.
+    nested: tuple[str, ...] = getattr(model, "nested_events", ())
+    if message.__pydantic_extra__ or any(_has_unknown(getattr(message, name)) for name in nested):
         return _without_unknown_fields(message)
     return message
 
 
+def _has_unknown(items: list[Message]) -> bool:
+    return any(item.__pydantic_extra__ for item in items)
+
+
 def _without_unknown_fields(message: M) -> M:
-    """`message` without the fields its model does not know, each (type, field) logged once per process."""
+    """`message` without the fields its model does not know (nor the events it carries), each
+    (type, field) logged once per process."""
     model = type(message)
     for name in message.__pydantic_extra__ or ():
         UNKNOWN_FIELDS.log_once(model.__name__, name)
     # Dropped before anything stores or forwards the event: the fields are unbounded and unchecked.
     known = {name: getattr(message, name) for name in model.model_fields}
+    for name in getattr(model, "nested_events", ()):
+        known[name] = [_without_unknown_fields(item) if item.__pydantic_extra__ else item for item in known[name]]
     # cast: pydantic's mypy plugin types model_construct on a TypeVar's bound, not on the TypeVar.
     return cast(M, model.model_construct(_fields_set=message.model_fields_set, **known))
 

@@ -83,6 +83,7 @@ from vmsched.contracts.state import (
     HostReport,
     HostState,
     HostStatus,
+    StateReports,
     VmReport,
     VmStatus,
 )
@@ -180,6 +181,7 @@ __all__ = [
     "ScheduleDecision",
     "ScheduleRequest",
     "ScoreTable",
+    "StateReports",
     "StateRequest",
     "StoredPolicy",
     "UnitCall",

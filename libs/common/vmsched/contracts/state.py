@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, ClassVar, Self
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from vmsched.contracts.base import (
     MAX_INT,
@@ -221,6 +221,55 @@ class VmReport(EngineEvent):
         "migration's target (balancing, a maintenance plan) keeps to them as a new placement does.",
     )
     reported_at: datetime | None = Field(None, description=REPORTED_AT)
+
+
+#: The most reports one StateReports carries (hosts and VMs together).
+MAX_STATE_REPORTS = 1000
+
+
+class StateReports(EngineEvent):
+    """Several of one cluster's host and VM reports in one message. Routing key
+    state.reports.<cluster_id>.
+
+    Applied as publishing them one by one would be, hosts first (each in its order), then VMs (each
+    in its order), for a fraction of the cost per report: one message to route, deliver and
+    acknowledge instead of one per report. If the state tracker refuses a report in it, the whole
+    message is dead-lettered with that report's reason (its log names each refused one by position,
+    hosts[i] or vms[i]); the others are applied.
+    """
+
+    #: The fields whose items are events of their own (their unknown fields are dropped too).
+    nested_events: ClassVar[tuple[str, ...]] = ("hosts", "vms")
+
+    cluster_id: Id = Field(description="The reports' cluster; the routing key and every report must name the same.")
+    hosts: list[HostReport] = Field(
+        default_factory=list, max_length=MAX_STATE_REPORTS, description="Host reports, applied first, in order."
+    )
+    vms: list[VmReport] = Field(
+        default_factory=list, max_length=MAX_STATE_REPORTS, description="VM reports, applied after the hosts, in order."
+    )
+
+    @model_validator(mode="after")
+    def _one_cluster(self) -> Self:
+        total = len(self.hosts) + len(self.vms)
+        if total == 0:
+            raise ValueError("no reports: give at least one host or VM report")
+        if total > MAX_STATE_REPORTS:
+            raise ValueError(f"{total} reports; at most {MAX_STATE_REPORTS} in one message")
+        for i, report in enumerate(self.reports()):
+            if report.cluster_id != self.cluster_id:
+                where = self.position(i, len(self.hosts))
+                raise ValueError(f"{where} names cluster {report.cluster_id!r}, not the message's {self.cluster_id!r}")
+        return self
+
+    def reports(self) -> list[HostReport | VmReport]:
+        """The reports in the order they are applied."""
+        return [*self.hosts, *self.vms]
+
+    @staticmethod
+    def position(index: int, hosts: int) -> str:
+        """Where the `index`-th report of `reports()` sits in the message (hosts: how many hosts)."""
+        return f"hosts[{index}]" if index < hosts else f"vms[{index - hosts}]"
 
 
 class HostRemoved(Message):

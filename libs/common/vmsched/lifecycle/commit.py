@@ -4,9 +4,10 @@ Under the cluster's lock, with its fencing token:
 
 1. the pending records of every placed VM of the group and every decision, placed and unplaceable,
    in one fenced write (store.group_writes): a request id that already has a decision keeps it;
-2. their events published side by side, then marked published in one write (lifecycle.events);
-   an event owed by a decision stored before, only if the commit claims it;
-3. each request handed its stored decision; a waiting one its pending version (nothing to write).
+2. their events published side by side (lifecycle.events); an event owed by a decision stored
+   before, only if the commit claims it;
+3. each request handed its stored decision (a waiting one its pending version: nothing to write);
+4. the confirmed events marked published in one write, still under the lock.
 
 A newer lock holder (a token that is no longer the cluster's latest) refuses the commit: FencedOut,
 nothing written, and every request of the commit hears it. Pending records and decisions are
@@ -24,7 +25,10 @@ from vmsched.lifecycle.events import Events
 from vmsched.lifecycle.replay import Stored, event_of
 from vmsched.lifecycle.timing import Stages, StageTimer, lap_all
 from vmsched.lifecycle.turns import Outcome, Verdict, Wait, fail, settle
+from vmsched.logging import get_logger
 from vmsched.store.group_writes import GroupWrites
+
+log = get_logger("vmsched.selector")
 
 
 class Commit:
@@ -88,6 +92,18 @@ class Commit:
                 fail(v.turn, failed[i])
             else:
                 settle(v.turn, Stored(record, ours=created))
+        # Answered first, marked after: the replies leave one round trip sooner. The mark is still
+        # written under the lock, and a replay reads it only under the lock, so none publishes again.
+        confirmed = [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
+        try:
+            await self.events.mark_published(cluster, confirmed)
+        except Exception as exc:  # the decisions are stored and their events out: only the mark is lost
+            log.warning(
+                "decision events published but not marked: a replay of these request ids publishes again",
+                cluster=cluster,
+                request_ids=[str(r) for r in confirmed],
+                error=repr(exc),
+            )
 
 
 def _decision(verdict: Verdict, token: int) -> ScheduleDecision:

@@ -122,11 +122,12 @@ class Events:
     async def publish_many(
         self, cluster: str, events: Sequence[tuple[ScheduleDecision, Stages] | None]
     ) -> dict[int, BaseException]:
-        """Publish the stored decisions' events side by side (their confirms overlap), then mark the
-        confirmed ones published in one write: one round trip under the lock whatever the group's
-        size (marking wave by wave as confirms arrive was measured to repeat no fewer events under
-        selector_kill, for more round trips). Returns the failure of each position whose event was
-        not confirmed (its decision stays unmarked: a replay of the request id publishes it)."""
+        """Publish the stored decisions' events side by side (their confirms overlap). Returns the
+        failure of each position whose event was not confirmed (its decision stays unmarked: a
+        replay of the request id publishes it). The confirmed ones are marked published by
+        `mark_published`, still under the lock: one write for the group whatever its size (marking
+        wave by wave as confirms arrive was measured to repeat no fewer events under selector_kill,
+        for more round trips)."""
         since = time.perf_counter()
         sent = await asyncio.gather(
             *(
@@ -145,10 +146,13 @@ class Events:
             result = next(outcomes)
             if isinstance(result, BaseException):
                 failed[i] = result
-        await self.decisions.mark_published_many(
-            cluster, [e[0].request_id for i, e in enumerate(events) if e is not None and i not in failed]
-        )
         return failed
+
+    async def mark_published(self, cluster: str, request_ids: Sequence[UUID]) -> None:
+        """Mark confirmed events published (one write; none for none). Called under the cluster's
+        lock, so a replay, which looks at the mark under the lock, sees it."""
+        if request_ids:
+            await self.decisions.mark_published_many(cluster, list(request_ids))
 
 
 def dedup_id(decision: ScheduleDecision) -> str:

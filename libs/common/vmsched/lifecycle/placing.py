@@ -40,6 +40,7 @@ from vmsched.lifecycle.replay import Stored
 from vmsched.lifecycle.routes import UnitRoutes
 from vmsched.lifecycle.timing import StageTimer, lap_all, timed
 from vmsched.lifecycle.turns import Outcome, Turn, Verdict, Wait, fail, runs, settle
+from vmsched.metrics import PLACED_GROUPS
 from vmsched.scheduling.hosts import HostTable
 from vmsched.scheduling.pipeline import candidate_hosts
 from vmsched.scheduling.placement import (
@@ -141,8 +142,10 @@ class Placing:
                 units = [f.unit for f in policy.filters] + [w.unit for w in policy.weights]
                 if table is not None and runs_here(table, request, units):
                     reply = await local_place(table, request)
+                    PLACED_GROUPS.labels("selector").inc()
                 else:
                     reply = await self.routed(c.RPC_PLACE, units, policy, send)
+                    PLACED_GROUPS.labels("worker").inc()
             except VmschedError as exc:  # no worker (with the units) answered, or it failed on the whole group
                 for turn in run:
                     fail(turn, exc)

@@ -50,7 +50,15 @@ from vmsched.contracts.reads import (
 )
 from vmsched.contracts.resync import ResyncComplete, ResyncRequested
 from vmsched.contracts.scheduling import ScheduleDecision, ScheduleRequest
-from vmsched.contracts.state import ClusterRemoved, ClusterReport, ClusterState, HostRemoved, HostReport, VmReport
+from vmsched.contracts.state import (
+    ClusterRemoved,
+    ClusterReport,
+    ClusterState,
+    HostRemoved,
+    HostReport,
+    StateReports,
+    VmReport,
+)
 from vmsched.contracts.workers import (
     ErrorReply,
     FilterReply,
@@ -225,6 +233,14 @@ EVENTS: list[tuple[str, str, type[Message], str, str]] = [
         VmReport,
         "receive",
         "The engine reports a VM's placement and status; RUNNING/FAILED/DOWN clears its pending record.",
+    ),
+    (
+        "stateReports",
+        c.STATE_REPORTS_PREFIX + ".{clusterId}",
+        StateReports,
+        "receive",
+        "The engine reports several of a cluster's hosts and VMs at once (up to 1,000): applied as the same "
+        "reports one by one would be, hosts first, for less per report.",
     ),
     (
         "hostRemoved",

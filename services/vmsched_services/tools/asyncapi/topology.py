@@ -147,7 +147,8 @@ def queues() -> list[dict[str, Any]]:
             "bindings": [{"exchange": c.EVENTS_EXCHANGE, "routingKey": c.STATE_EVENTS_BINDING}],
             "declaredBy": "state-tracker, when it starts",
             "consumedBy": "every state-tracker process, in order",
-            "description": "Every engine state report (ClusterReport, HostReport, VmReport). Reports wait here "
+            "description": "Every engine state report (ClusterReport, HostReport, VmReport, StateReports). Reports "
+            "wait here "
             "while no state tracker runs; before one has started once, reports are unroutable and lost "
             "(an engine can declare the queue passively to see it exists).",
         }
@@ -237,8 +238,9 @@ def engine() -> dict[str, Any]:
             "hosts.remove, dead-letters.requeue): its write permission is on vmsched.rpc and vmsched.events only.",
         ],
         "reports": "Publish ClusterReport, HostReport and VmReport as events (message trait `event`) on "
-        "state.cluster.<cluster>, state.host.<cluster> and state.vm.<cluster>. The state tracker applies them "
-        "in the order published; the `state` RPC shows what it has.",
+        "state.cluster.<cluster>, state.host.<cluster> and state.vm.<cluster>, or many host and VM reports of "
+        "a cluster as one StateReports on state.reports.<cluster> (less per report). The state tracker applies "
+        "them in the order published; the `state` RPC shows what it has.",
         "calls": "Call `schedule` (and `state`, `ha-check`) as RPCs (message trait `rpcRequest`); the reply "
         "(message trait `rpcReply`) is the operation's reply model, or an ErrorReply when the reply carries "
         f"header {c.HEADER_ERROR}. A ScheduleDecision with status `error` is an answer too, its `error` says why.",
@@ -249,7 +251,7 @@ def engine() -> dict[str, Any]:
             "maxMessageBytesSetting": "VMSCHED_MAX_MESSAGE_BYTES",
             "description": "A message body larger than this is refused (RPC: invalid_request; event: dead letter).",
         },
-        "unknownFields": "Events an engine publishes (ClusterReport, HostReport, VmReport: schemas with "
+        "unknownFields": "Events an engine publishes (ClusterReport, HostReport, VmReport, StateReports: schemas with "
         "additionalProperties true) may carry fields this version does not know: they are ignored, and "
         "logged once per message type and field by each service. Every other message, RPC requests "
         "included, refuses unknown fields.",

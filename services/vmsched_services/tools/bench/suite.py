@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from vmsched.client import SchedulerClient
+from vmsched.client import ReportBatcher, SchedulerClient
 from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, VmReport, VmStatus
 from vmsched.db import migrate
 from vmsched.errors import InvalidRequest
@@ -93,6 +93,8 @@ class _Engine:
         self.rng = rng
         self.counter = 0
         self.starts: list[asyncio.Task[None]] = []
+        # As an engine with many VMs starting would: the reports that wait go as one message.
+        self.reports = ReportBatcher(client)
 
     async def one(self, w: Workload, i: int, ended: Counter[str]) -> None:
         cluster = w.clusters[i % len(w.clusters)]
@@ -116,7 +118,7 @@ class _Engine:
                 mem_mb=vm.mem_mb,
                 vcpus=vm.vcpus,
             )
-            self.starts.append(asyncio.create_task(self.client.report_vm(report)))
+            self.starts.append(asyncio.create_task(self.reports.report(report)))
         elif d.status is DecisionStatus.UNPLACEABLE and impossible:
             ended["unplaceable"] += 1
         else:

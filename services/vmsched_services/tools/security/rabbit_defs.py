@@ -36,7 +36,13 @@ from vmsched_services.tools.security.roles import ADMIN, API, ENGINE, ROLES, SER
 #: RabbitMQ's default password hashing (rabbit_password_hashing_sha256).
 HASHING = "rabbit_password_hashing_sha256"
 #: Routing keys the engine may publish on the events exchange: its state reports and resync answers.
-ENGINE_PUBLISHES = (c.HOST_REPORT_PREFIX, c.VM_REPORT_PREFIX, c.CLUSTER_REPORT_PREFIX, c.RESYNC_COMPLETE_PREFIX)
+ENGINE_PUBLISHES = (
+    c.HOST_REPORT_PREFIX,
+    c.VM_REPORT_PREFIX,
+    c.STATE_REPORTS_PREFIX,
+    c.CLUSTER_REPORT_PREFIX,
+    c.RESYNC_COMPLETE_PREFIX,
+)
 #: Routing keys of the events the HTTP API streams to its users (it binds its own queues to them).
 API_FOLLOWS = (
     c.DECISION_PREFIX,
