@@ -35,6 +35,7 @@ from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, Keys, PendingStore, StateCache
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.generations import GenerationMarkers
+from vmsched.store.group_reads import GroupReads
 from vmsched.store.redis import connect as connect_redis
 from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.security.redis_acl import REDIS_ROLES, aclfile, apply, users
@@ -387,6 +388,14 @@ async def test_on_redis_cluster_the_users_need_the_cluster_commands(
             assert await GenerationMarkers(r, selector).install(cluster, 1, resync=False) == 1
             async with ClusterLock(r, selector).hold(cluster) as lease:
                 assert await PendingStore(r, selector).record(cluster, [], lease.token) >= 0
+            # The reads that go as one pipeline on one server go side by side here (redis-py sends
+            # no script in a cluster pipeline).
+            decisions = DecisionStore(r, selector)
+            reads = GroupReads(r, PendingStore(r, selector), decisions, StateCache(r, selector))
+            assert (await reads.read(cluster, [uuid.uuid4()])).records == [None]
+            other = f"{cluster}-b"
+            asks = {cluster: [uuid.uuid4()], other: [uuid.uuid4(), uuid.uuid4()]}
+            assert await decisions.records_by_cluster(asks) == {cluster: [None], other: [None, None]}
             await UnitCatalogues(r, selector).announce("selector", "i1", {"u": "builtin"})
         weigher = as_role("weigher")
         async with connected(connect_redis(weigher)) as r:

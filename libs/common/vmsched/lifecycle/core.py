@@ -43,6 +43,7 @@ from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
 from vmsched.store.catalogues import UnitCatalogues
 from vmsched.store.decisions import StoredDecision, request_fingerprint
 from vmsched.store.generations import Recover
+from vmsched.store.group_reads import GroupReads
 from vmsched.store.group_writes import GroupWrites
 from vmsched.tracing import current_span, span
 
@@ -68,6 +69,7 @@ class Lifecycle:
         locks: ClusterLock,
         pending: PendingStore,
         decisions: DecisionStore,
+        reads: GroupReads,
         writes: GroupWrites,
         routes: UnitRoutes | None = None,
     ) -> None:
@@ -88,6 +90,7 @@ class Lifecycle:
             locks=locks,
             pending=pending,
             decisions=decisions,
+            reads=reads,
             state=state,
             events=self.events,
             placing=Placing(bus, self.events, timer, settings, routes),
@@ -110,6 +113,7 @@ class Lifecycle:
         """The lifecycle over the cluster locks, pending records and decisions in `redis`; `recover`
         starts a new generation when Redis forgot a cluster (vmsched.recovery)."""
         decisions = DecisionStore(redis, settings)
+        pending = PendingStore(redis, settings)
         return cls(
             bus,
             settings,
@@ -117,8 +121,10 @@ class Lifecycle:
             policies=policies,
             timer=timer,
             locks=ClusterLock(redis, settings, recover=recover),
-            pending=PendingStore(redis, settings),
+            pending=pending,
             decisions=decisions,
+            # Pending, stored records and the state cache's catch-up in one round trip per group.
+            reads=GroupReads(redis, pending, decisions, state),
             writes=GroupWrites(redis, settings, decisions),
             # Each policy's worker calls go to workers that have its units (plugins may differ).
             routes=UnitRoutes(UnitCatalogues(redis, settings)),

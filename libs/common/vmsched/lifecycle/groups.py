@@ -24,6 +24,7 @@ from vmsched.lifecycle.timing import StageTimer, lap_all
 from vmsched.lifecycle.turns import Outcome, Turn, TurnResult, Verdict, fail, one_group, settle
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, DecisionStore, PendingStore, StateCache
+from vmsched.store.group_reads import GroupReads
 from vmsched.tracing import group_span, link_members
 
 
@@ -35,6 +36,7 @@ class Groups:
         locks: ClusterLock,
         pending: PendingStore,
         decisions: DecisionStore,
+        reads: GroupReads,
         state: StateCache,
         events: Events,
         placing: Placing,
@@ -45,6 +47,7 @@ class Groups:
         self.locks = locks
         self.pending = pending
         self.decisions = decisions
+        self.reads = reads
         self.state = state
         self.events = events
         self.placing = placing
@@ -145,21 +148,22 @@ class Groups:
         since = time.perf_counter()
         outcomes: list[Outcome]
         if self.settings.place_in_worker:
-            # Pending and the state version in one read, and whether any request of the group was
-            # decided while it waited, side by side.
-            (pending_version, pending, version), records = await asyncio.gather(
-                self.pending.snapshot_with_state(cluster),
-                self.decisions.records(cluster, [turn.req.request_id for turn in group]),
+            # Pending and the state version read together, whether any request of the group was
+            # decided while it waited, and (placing here) the state cache's catch-up: one round trip.
+            read = await self.reads.read(
+                cluster, [turn.req.request_id for turn in group], catch_up=self.settings.place_in_selector
             )
+            version = read.state_version
             if version is None:
                 raise UnknownCluster(f"no state reported for cluster {cluster}", location="cluster_id")
             table = None
             if self.settings.place_in_selector:
-                # The state at least as new as the pending read (the cache's copy when it is).
+                # The state at least as new as the pending read: the catch-up above got there unless
+                # the tracker wrote in between, or nothing was cached yet (then the usual read).
                 version, table = await self.state.table(cluster, min_version=version)
             lap_all(self.timer, [turn.stages for turn in group], "read_state", since)
             outcomes = await self.placing.in_workers(
-                cluster, group, token, pending_version, pending, version, records, table
+                cluster, group, token, read.pending_version, read.pending, version, read.records, table
             )
         else:
             # Pending first, then state (see state_tracker): a VM is never counted nowhere.

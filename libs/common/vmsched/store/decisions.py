@@ -44,6 +44,7 @@ stored decision back), while `put_many` checks the fence first and writes nothin
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -53,6 +54,7 @@ from uuid import UUID
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from vmsched.contracts import ScheduleDecision, ScheduleRequest
@@ -61,7 +63,7 @@ from vmsched.logging import get_logger
 from vmsched.settings import Settings
 from vmsched.store import decision_scripts as scripts
 from vmsched.store.keys import Keys
-from vmsched.store.redis import text
+from vmsched.store.redis import pipelines_scripts, text
 
 log = get_logger(__name__)
 
@@ -196,6 +198,18 @@ class DecisionStore:
         reply = await self._get_many(keys=[self._keys.decision(cluster_id, r) for r in request_ids])
         return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
 
+    def records_into(self, pipe: Pipeline, cluster_id: str, request_ids: Sequence[UUID | str]) -> str:
+        """Queue `records`' read on `pipe` (store.group_reads); returns the script's source (a reply
+        of NoScriptError means this server has not loaded it yet)."""
+        keys = [self._keys.decision(cluster_id, r) for r in request_ids]
+        pipe.evalsha(self._get_many.sha, len(keys), *keys)
+        return scripts.GET_MANY
+
+    @staticmethod
+    def records_from(request_ids: Sequence[UUID | str], reply: Sequence[Any]) -> list[StoredDecision | None]:
+        """`records` from the reply of `records_into`."""
+        return [_parse(found, r) for r, found in zip(request_ids, reply, strict=True)]
+
     async def records_by_cluster(
         self, asks: Mapping[str, Sequence[UUID | str]]
     ) -> dict[str, list[StoredDecision | None]]:
@@ -204,6 +218,10 @@ class DecisionStore:
         asks = {cluster: _ids(ids) for cluster, ids in asks.items() if ids}
         if len(asks) <= 1:
             return {cluster: await self.records(cluster, ids) for cluster, ids in asks.items()}
+        if not pipelines_scripts(self._redis):
+            # Redis Cluster: one read per cluster, side by side (each on its own slot's node).
+            found = await asyncio.gather(*(self.records(cluster, ids) for cluster, ids in asks.items()))
+            return dict(zip(asks, found, strict=True))
         async with self._redis.pipeline(transaction=False) as pipe:
             for cluster, ids in asks.items():
                 keys = [self._keys.decision(cluster, r) for r in ids]

@@ -16,9 +16,11 @@ import asyncio
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.asyncio.client import Pipeline
 
 from vmsched.contracts import PendingEntry
 from vmsched.errors import FencedOut
@@ -222,13 +224,27 @@ class PendingStore:
     async def _snapshot(
         self, cluster_id: str, now: float | None, *, with_state: bool
     ) -> tuple[int, list[PendingEntry], int | None]:
-        now = time.time() if now is None else now
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.get(self._keys.pending_version(cluster_id))
-            pipe.hgetall(self._keys.pending(cluster_id))
-            if with_state:
-                pipe.get(self._keys.state_version(cluster_id))
-            raw_version, raw, *rest = await pipe.execute()
+            self.snapshot_into(pipe, cluster_id, with_state=with_state)
+            replies = await pipe.execute()
+        return await self.snapshot_from(cluster_id, replies, now)
+
+    def snapshot_into(self, pipe: Pipeline, cluster_id: str, *, with_state: bool = True) -> int:
+        """Queue the snapshot's reads on a transaction `pipe` (store.group_reads); returns how many
+        replies they take, for `snapshot_from`."""
+        pipe.get(self._keys.pending_version(cluster_id))
+        pipe.hgetall(self._keys.pending(cluster_id))
+        if with_state:
+            pipe.get(self._keys.state_version(cluster_id))
+        return 3 if with_state else 2
+
+    async def snapshot_from(
+        self, cluster_id: str, replies: Sequence[Any], now: float | None = None
+    ) -> tuple[int, list[PendingEntry], int | None]:
+        """The snapshot from the replies of `snapshot_into` (dropping expired and unreadable
+        records from Redis: one more round trip only when there are any)."""
+        now = time.time() if now is None else now
+        raw_version, raw, *rest = replies
         state_version = int(rest[0]) if rest and rest[0] is not None else None
         version = int(raw_version) if raw_version is not None else 0
         live: list[PendingEntry] = []

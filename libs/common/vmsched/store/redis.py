@@ -142,6 +142,13 @@ def _sentinel_master(settings: Settings, options: dict[str, Any]) -> aioredis.Re
     return client
 
 
+def pipelines_scripts(client: aioredis.Redis) -> bool:
+    """Whether `client` sends EVALSHA in a pipeline: redis-py refuses it on a Redis Cluster client
+    (RedisClusterException, "Calling pipelined function evalsha is blocked"), so there the scripts
+    go one command each."""
+    return not isinstance(client, RedisCluster)
+
+
 def _cluster(settings: Settings, options: dict[str, Any]) -> aioredis.Redis:
     """A Redis Cluster client. Typed as a Redis: vmsched.store uses only commands RedisCluster has
     too (one slot per script, transaction or MGET, the keys' hash tags see to that), and the

@@ -8,14 +8,16 @@ behind, or one whose stream was trimmed or lost, reloads the cluster in full.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
+from redis.asyncio.client import Pipeline
 
 from vmsched.contracts import ClusterReport, ClusterState, HostState, VmReport
 from vmsched.errors import StaleState, UnknownCluster
@@ -255,22 +257,50 @@ class StateCache:
     async def _refresh(self, cluster_id: str, cached: _Cached | None) -> _Cached:
         if cached is None:
             return await self._full_load(cluster_id)
-        reply = await self._catch_up(
-            keys=[
-                self._keys.state_version(cluster_id),
-                self._keys.state_changes(cluster_id),
-                self._keys.state_hosts(cluster_id),
-                self._keys.state_cluster(cluster_id),
-            ],
-            args=[cached.version, self._max_catch_up],
-        )
+        reply = await self._catch_up(keys=self._catch_up_keys(cluster_id), args=[cached.version, self._max_catch_up])
+        caught = self._caught_up(cluster_id, cached, reply)
+        return caught if caught is not None else await self._full_load(cluster_id)
+
+    def catch_up_into(self, pipe: Pipeline, cluster_id: str) -> int | None:
+        """Queue the cached copy's catch-up on `pipe` (store.group_reads; its script's source is
+        CATCH_UP); returns the version it catches up from, for `catch_up_from`, or None (nothing
+        queued) when nothing is cached."""
+        cached = self._cache.get(cluster_id)
+        if cached is None:
+            return None
+        keys = self._catch_up_keys(cluster_id)
+        pipe.evalsha(self._catch_up.sha, len(keys), *keys, cached.version, self._max_catch_up)
+        return cached.version
+
+    def catch_up_from(self, cluster_id: str, from_version: int, reply: Any) -> None:
+        """Apply the reply of `catch_up_into` if the cached copy is still at `from_version` (another
+        caller may have moved it meanwhile: then the reply is stale and dropped). A reply that
+        needs a full load (or says the cluster is gone) is dropped too: `table` does that as usual."""
+        cached = self._cache.get(cluster_id)
+        if cached is None or cached.version != from_version or isinstance(reply, Exception):
+            return
+        with contextlib.suppress(UnknownCluster):
+            caught = self._caught_up(cluster_id, cached, reply)
+            if caught is not None:
+                self._cache[cluster_id] = caught
+
+    def _catch_up_keys(self, cluster_id: str) -> list[str]:
+        return [
+            self._keys.state_version(cluster_id),
+            self._keys.state_changes(cluster_id),
+            self._keys.state_hosts(cluster_id),
+            self._keys.state_cluster(cluster_id),
+        ]
+
+    def _caught_up(self, cluster_id: str, cached: _Cached, reply: Sequence[Any]) -> _Cached | None:
+        """`cached` moved on by a catch-up reply; None when only a full load will do."""
         version = int(reply[0])
         if version < 0:
             self._cache.pop(cluster_id, None)
             raise UnknownCluster(f"no state reported for cluster {cluster_id}", location="cluster_id")
         if not int(reply[1]):
             # Trimmed stream, a reader far behind, or a version that went backwards (Redis lost it).
-            return await self._full_load(cluster_id)
+            return None
         host_ids: Sequence[bytes] = reply[2]
         changed, removed = self._read_changes(cluster_id, host_ids, reply[3])
         settings = cached.settings
