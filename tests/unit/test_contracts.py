@@ -329,3 +329,11 @@ def test_a_migration_must_name_its_source() -> None:
             vm=VmSpec(vm_id="v", mem_mb=1, vcpus=1),
             kind="migrate",
         )
+
+
+def test_a_running_report_carries_what_the_vm_was_asked_with() -> None:
+    vm = VmSpec(vm_id="vm-9", mem_mb=2048, overhead_mb=128, vcpus=4, ha=True, networks=["ovirtmgmt"])
+    report = VmReport.running("c1", "h3", vm)
+    assert (report.cluster_id, report.host_id, report.status.value) == ("c1", "h3", "running")
+    assert (report.vm_id, report.mem_mb, report.overhead_mb, report.vcpus) == ("vm-9", 2048, 128, 4)
+    assert (report.ha, report.networks) == (True, ["ovirtmgmt"])

@@ -21,7 +21,7 @@ from vmsched.contracts.base import (
     ShortValue,
     Text,
 )
-from vmsched.contracts.scheduling import AffinityGroup, PendingEntry
+from vmsched.contracts.scheduling import AffinityGroup, PendingEntry, VmSpec
 
 #: A host group's (Nova aggregate's) metadata: Nova stores an aggregate's keys and values as String(255).
 GroupMetadata = Annotated[dict[Key, ShortValue], Field(max_length=256)]
@@ -221,6 +221,17 @@ class VmReport(EngineEvent):
         "migration's target (balancing, a maintenance plan) keeps to them as a new placement does.",
     )
     reported_at: datetime | None = Field(None, description=REPORTED_AT)
+
+    @classmethod
+    def running(cls, cluster_id: str, host_id: str, vm: VmSpec) -> VmReport:
+        """The engine's report of `vm` started as it was asked (its size, networks, groups, HA) and
+        running on `host_id`: what clears its pending record."""
+        asked = {name: getattr(vm, name) for name in _AS_ASKED}
+        return cls(cluster_id=cluster_id, host_id=host_id, status=VmStatus.RUNNING, **asked)
+
+
+#: The fields a VM's report shares with the VmSpec it was asked with.
+_AS_ASKED = tuple(sorted((set(VmSpec.model_fields) & set(VmReport.model_fields)) - {"schema_version"}))
 
 
 #: The most reports one StateReports carries (hosts and VMs together).

@@ -157,14 +157,6 @@ def put_outcomes(
     return unreadable
 
 
-def _fenced(what: str, token: int | None, cluster: str, latest: int) -> FencedOut:
-    return FencedOut(
-        f"{what} refused: token {token} is not the latest of cluster {cluster} ({latest}); "
-        "the lock was lost and acquired again",
-        location=f"cluster.{cluster}",
-    )
-
-
 class DecisionStore:
     """Stored decisions with their request fingerprint and publication mark, kept for a TTL."""
 
@@ -273,7 +265,9 @@ class DecisionStore:
             if status == 1:
                 return True, StoredDecision(decision, fingerprint, False)
             if status < 0:
-                raise _fenced(f"decision for request {decision.request_id}", token, decision.cluster_id, int(reply[1]))
+                raise FencedOut.stale(
+                    f"decision for request {decision.request_id}", decision.cluster_id, token, int(reply[1])
+                )
             existing = await self.record(decision.cluster_id, decision.request_id)
             if existing is not None:
                 return False, existing
@@ -323,7 +317,7 @@ class DecisionStore:
             if int(reply[0]) < 0:
                 ids = [str(d.request_id) for d, _ in items]
                 what = f"decisions for requests {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
-                raise _fenced(what, token, cluster, int(reply[1]))
+                raise FencedOut.stale(what, cluster, token, int(reply[1]))
             unreadable = put_outcomes(items, list(todo), reply[1], results)
             if not unreadable:
                 return [results[i] for i in range(len(items))]

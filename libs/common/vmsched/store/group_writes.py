@@ -96,11 +96,7 @@ class GroupWrites:
             args=[token, key_ttl_ms, len(entries), *pairs, *put_args(items, token, ttl_s, self._history_max)],
         )
         if int(reply[0]) < 0:
-            raise FencedOut(
-                f"group commit to cluster {cluster_id} refused: token {token} is not the latest ({int(reply[1])});"
-                " the lock was lost and acquired again",
-                location=f"cluster.{cluster_id}",
-            )
+            raise FencedOut.stale("group commit", cluster_id, token, int(reply[1]))
         results: dict[int, tuple[bool, StoredDecision]] = {}
         unreadable = put_outcomes(items, range(len(items)), reply[2], results)
         if unreadable:

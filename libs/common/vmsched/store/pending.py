@@ -159,14 +159,6 @@ def record_args(entries: Sequence[PendingEntry], token: int) -> tuple[int, list[
     return max(1000, math.ceil((latest - now + KEY_TTL_MARGIN_S) * 1000)), pairs
 
 
-def pending_fenced(cluster_id: str, token: int, latest: int) -> FencedOut:
-    return FencedOut(
-        f"pending write to cluster {cluster_id} refused: token {token} is not the latest "
-        f"({latest}); the lock was lost and acquired again",
-        location=f"cluster.{cluster_id}",
-    )
-
-
 class PendingStore:
     """Pending-resource records per cluster, fenced by the cluster lock's token."""
 
@@ -197,7 +189,7 @@ class PendingStore:
             args=args,
         )
         if not ok:
-            raise pending_fenced(cluster_id, token, int(value))
+            raise FencedOut.stale("pending write", cluster_id, token, int(value))
         return int(value)
 
     async def read(self, cluster_id: str, now: float | None = None) -> list[PendingEntry]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vmsched.client import ReportBatcher, SchedulerClient
-from vmsched.contracts import VmReport, VmStatus
+from vmsched.contracts import VmReport
 from vmsched.db import PolicyRepository, migrate
 from vmsched.db import connect as connect_pg
 from vmsched.scheduling.policy import DEFAULT_POLICY, Policy
@@ -63,15 +63,7 @@ async def bench_bus(
                 if d.host_id is None:
                     raise RuntimeError(f"bench VM not placed: {d.explanation.summary}")
                 # The engine starts it; the state tracker clears its pending record.
-                report = VmReport(
-                    cluster_id=target,
-                    vm_id=vm.vm_id,
-                    status=VmStatus.RUNNING,
-                    host_id=d.host_id,
-                    mem_mb=vm.mem_mb,
-                    vcpus=vm.vcpus,
-                )
-                starts.append(asyncio.create_task(reports.report(report)))
+                starts.append(asyncio.create_task(reports.report(VmReport.running(target, d.host_id, vm))))
 
             # Warm caches and connections, of every cluster: the runs measure a steady state.
             await timed(max(10, len(names)), 1, partial(one, spread=True))

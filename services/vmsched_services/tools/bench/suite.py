@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from vmsched.client import ReportBatcher, SchedulerClient
-from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, VmReport, VmStatus
+from vmsched.contracts import ClusterReport, DecisionStatus, HostReport, VmReport
 from vmsched.db import migrate
 from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
@@ -110,15 +110,7 @@ class _Engine:
             return
         if d.status is DecisionStatus.PLACED and d.host_id is not None and not impossible:
             ended["placed"] += 1
-            report = VmReport(
-                cluster_id=cluster,
-                vm_id=vm.vm_id,
-                status=VmStatus.RUNNING,
-                host_id=d.host_id,
-                mem_mb=vm.mem_mb,
-                vcpus=vm.vcpus,
-            )
-            self.starts.append(asyncio.create_task(self.reports.report(report)))
+            self.starts.append(asyncio.create_task(self.reports.report(VmReport.running(cluster, d.host_id, vm))))
         elif d.status is DecisionStatus.UNPLACEABLE and impossible:
             ended["unplaceable"] += 1
         else:

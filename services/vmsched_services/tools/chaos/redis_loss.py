@@ -32,6 +32,7 @@ from vmsched.client import SchedulerClient
 from vmsched.contracts import (
     ClusterReport,
     DecisionStatus,
+    VmReport,
     VmSpec,
 )
 from vmsched.errors import StateResyncing
@@ -54,7 +55,7 @@ from vmsched_services.tools.chaos.base import (
 )
 from vmsched_services.tools.chaos.holder import stale_vm
 from vmsched_services.tools.chaos.stale import read_outcomes, read_tokens, start_holder, taker_entry
-from vmsched_services.tools.chaos.stream import latency_figures, running_report
+from vmsched_services.tools.chaos.stream import latency_figures
 from vmsched_services.tools.servers.redis import PrivateRedis
 
 #: The memory of a stream cluster's hosts: a few VMs each, so the stream fills the clusters up and
@@ -95,7 +96,7 @@ class _Engine:
     async def start_vm(self, cluster_id: str, host_id: str, vm: VmSpec) -> None:
         """Start a placed VM: known to the engine first (a full report includes VMs starting), then reported."""
         self.vms[cluster_id][vm.vm_id] = (host_id, vm)
-        await self.client.report_vm(running_report(cluster_id, host_id, vm))
+        await self.client.report_vm(VmReport.running(cluster_id, host_id, vm))
 
     async def answer_resyncs(self) -> None:
         """Answer every ResyncRequested for a cluster of ours with a full report (runs until cancelled)."""
@@ -107,7 +108,7 @@ class _Engine:
             await self._report_cluster(cid)
             vms = list(self.vms[cid].values())
             for host_id, vm in vms:
-                await self.client.report_vm(running_report(cid, host_id, vm))
+                await self.client.report_vm(VmReport.running(cid, host_id, vm))
             await self.client.resync_complete(cid, asked.generation, hosts=len(self.hosts[cid]), vms=len(vms))
             self.full_reports += 1
 

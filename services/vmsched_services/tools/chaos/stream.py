@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 from vmsched.client import SchedulerClient
-from vmsched.contracts import ClusterReport, DecisionStatus, VmReport, VmSpec, VmStatus
+from vmsched.contracts import ClusterReport, DecisionStatus, VmReport, VmSpec
 from vmsched.errors import BusUnavailable
 from vmsched_services.tools.chaos.base import (
     Host,
@@ -58,7 +58,7 @@ async def drive(
             await schedule_with_retries(client, o, call_timeout=call_timeout, give_up_after=give_up_after)
         if start_placed and o.decision is not None and o.decision.status is DecisionStatus.PLACED:
             for p in o.decision.placements:
-                await _report_with_retries(client, running_report(o.cluster_id, p.host_id, o.vm), give_up_after)
+                await _report_with_retries(client, VmReport.running(o.cluster_id, p.host_id, o.vm), give_up_after)
 
     await asyncio.gather(*(one(i, o) for i, o in enumerate(outcomes)))
 
@@ -207,7 +207,7 @@ async def answering_resyncs(
                 for p in o.decision.placements
             ]
             for o, p in running:
-                await client.report_vm(running_report(cid, p.host_id, o.vm))
+                await client.report_vm(VmReport.running(cid, p.host_id, o.vm))
             await client.resync_complete(cid, asked.generation, hosts=len(cluster_hosts), vms=len(running))
 
     task = asyncio.create_task(answer())
@@ -218,19 +218,6 @@ async def answering_resyncs(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def running_report(cluster_id: str, host_id: str, vm: VmSpec) -> VmReport:
-    """The engine's report of `vm` started and running on `host_id`."""
-    return VmReport(
-        cluster_id=cluster_id,
-        vm_id=vm.vm_id,
-        status=VmStatus.RUNNING,
-        host_id=host_id,
-        mem_mb=vm.mem_mb,
-        overhead_mb=vm.overhead_mb,
-        vcpus=vm.vcpus,
-    )
 
 
 def latency_figures(res: Result, outcomes: list[Outcome]) -> None:
