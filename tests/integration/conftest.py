@@ -29,7 +29,7 @@ import aiormq
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import Certificates, certificates
+from tests.factories import Certificates, certificates, first_generation
 from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
@@ -38,6 +38,7 @@ from vmsched.client import SchedulerClient
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
+from vmsched.store.redis import connect as connect_redis
 from vmsched_services.runner import BusFactory, run
 from vmsched_services.tools.procs import delete_broker_objects
 from vmsched_services.tools.servers.base import TlsListener
@@ -158,6 +159,18 @@ async def counted(settings: Settings) -> AsyncIterator[tuple[aioredis.Redis, lis
     await client.ping()
     yield client, sent
     await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def held_lock(cfg: Settings, cluster: str) -> AsyncIterator[Lease]:
+    """`cluster`'s lock held by the test for the block (another selector's long group, as it were):
+    the requests sent meanwhile queue behind it and are decided together once it is released."""
+    redis = connect_redis(cfg)
+    try:
+        async with ClusterLock(redis, cfg, recover=first_generation(redis, cfg)).hold(cluster) as lease:
+            yield lease
+    finally:
+        await redis.aclose()
 
 
 async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lease]:

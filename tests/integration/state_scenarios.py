@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any, cast
 
+import pytest
 import redis.asyncio as aioredis
 from hypothesis import strategies as st
 
@@ -34,7 +35,7 @@ from vmsched.contracts import (
 )
 from vmsched.runtime import Runtime
 from vmsched.settings import Settings
-from vmsched.store import Keys, PendingStore
+from vmsched.store import Keys, PendingStore, state_writer
 from vmsched.store.generations import GenerationMarkers
 from vmsched.store.memories import FailedHosts
 from vmsched.store.redis import text, unavailable
@@ -274,3 +275,16 @@ async def deliver_burst(
 
 def running_vm(cluster: str, vm_id: str, host_id: str = "h1") -> VmReport:
     return vm_report(cluster, vm_id, host_id, mem_mb=512, vcpus=1, reported_at=T0)
+
+
+def refuse_vm(monkeypatch: pytest.MonkeyPatch, vm_id: str) -> None:
+    """The state writer raises on `vm_id`'s reports ("vm <id> cannot be applied"), as on a report it
+    cannot apply, and applies every other as usual."""
+    real = state_writer._vm_change
+
+    def refusing(cluster: Any, report: VmReport) -> Any:
+        if report.vm_id == vm_id:
+            raise ValueError(f"vm {vm_id} cannot be applied")
+        return real(cluster, report)
+
+    monkeypatch.setattr(state_writer, "_vm_change", refusing)

@@ -12,15 +12,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests import factories
-from tests.factories import first_generation
-from tests.integration.conftest import ON_BOTH_BUSES, Buses, is_quorum_queue, services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, held_lock, is_quorum_queue, services
 from vmsched import constants as c
 from vmsched.contracts import DecisionStatus
 from vmsched.db import migrate
 from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
-from vmsched.store import ClusterLock
-from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
@@ -30,11 +27,13 @@ GROUP = 8
 
 @pytest.fixture(scope="module")
 async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIterator[Settings]:
-    """One selector (so one group holds every waiting request), a filter-worker and the tracker.
-    Aging is slowed to a minute so the waits of these tests do not reorder them (the unit tests
-    of lifecycle.queueing pin aging)."""
+    """One selector (so one group holds every waiting request), a filter-worker that places each
+    group (test_place_in_selector.py has the selector place them) and the tracker. Aging is slowed
+    to a minute so the waits of these tests do not reorder them (the unit tests of
+    lifecycle.queueing pin aging)."""
     await migrate(database)
-    cfg = bus_settings.model_copy(update={"postgres_url": database, "group_max": GROUP, "priority_aging_s": 60.0})
+    update = {"postgres_url": database, "group_max": GROUP, "priority_aging_s": 60.0, "place_in_selector": False}
+    cfg = bus_settings.model_copy(update=update)
     async with services(cfg, "state-tracker", "filter-worker", "selector", bus=buses):
         yield cfg
 
@@ -57,14 +56,10 @@ async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
         vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=2048, vcpus=1) for i in range(GROUP)]
 
         # Hold the cluster's lock so every request queues behind the selector's first one.
-        redis = connect(stack)
-        try:
-            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
-                sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
-                await asyncio.sleep(1.0)
-                assert not any(t.done() for t in sent)
-        finally:
-            await redis.aclose()
+        async with held_lock(stack, cluster):
+            sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
+            await asyncio.sleep(1.0)
+            assert not any(t.done() for t in sent)
         decisions = await asyncio.gather(*sent)
 
     assert all(d.status is DecisionStatus.PLACED for d in decisions), [d.explanation.summary for d in decisions]
@@ -85,25 +80,21 @@ async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
     cluster = f"prio-{unique}"
     async with buses.client(stack) as client:
         await factories.make_cluster(client, cluster, 8, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)
-        redis = connect(stack)
-        try:
-            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
-                vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=1024, vcpus=1) for i in range(3 * GROUP)]
-                plain = [asyncio.create_task(client.schedule(cluster, vm)) for vm in vms]
-                await asyncio.sleep(1.0)  # the plain ones reach the selector first
-                urgent = asyncio.create_task(
-                    client.schedule(cluster, factories.vm_spec(f"{unique}-urgent", mem_mb=1024, vcpus=1), priority=10)
+        async with held_lock(stack, cluster):
+            vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=1024, vcpus=1) for i in range(3 * GROUP)]
+            plain = [asyncio.create_task(client.schedule(cluster, vm)) for vm in vms]
+            await asyncio.sleep(1.0)  # the plain ones reach the selector first
+            urgent = asyncio.create_task(
+                client.schedule(cluster, factories.vm_spec(f"{unique}-urgent", mem_mb=1024, vcpus=1), priority=10)
+            )
+            soon = asyncio.create_task(
+                client.schedule(
+                    cluster,
+                    factories.vm_spec(f"{unique}-soon", mem_mb=1024, vcpus=1),
+                    deadline=datetime.now(UTC) + timedelta(seconds=20),
                 )
-                soon = asyncio.create_task(
-                    client.schedule(
-                        cluster,
-                        factories.vm_spec(f"{unique}-soon", mem_mb=1024, vcpus=1),
-                        deadline=datetime.now(UTC) + timedelta(seconds=20),
-                    )
-                )
-                await asyncio.sleep(1.5)  # generous: under load delivery is slower
-        finally:
-            await redis.aclose()
+            )
+            await asyncio.sleep(1.5)  # generous: under load delivery is slower
         first, second, rest = await urgent, await soon, await asyncio.gather(*plain)
     assert first.status is DecisionStatus.PLACED
     assert second.status is DecisionStatus.PLACED
@@ -122,22 +113,16 @@ async def test_a_request_waiting_past_its_deadline_is_answered_expired_at_once(
     cluster = f"due-{unique}"
     async with buses.client(stack) as client:
         await factories.make_cluster(client, cluster, 4, cpu_cores=64, physical_mem_mb=262_144, mem_free_mb=262_144)
-        redis = connect(stack)
-        try:
-            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
-                patient = asyncio.create_task(
-                    client.schedule(cluster, factories.vm_spec(f"{unique}-patient", mem_mb=1024, vcpus=1))
-                )
-                due = datetime.now(UTC) + timedelta(seconds=1.5)
-                hurried = await asyncio.wait_for(
-                    client.schedule(
-                        cluster, factories.vm_spec(f"{unique}-hurried", mem_mb=1024, vcpus=1), deadline=due
-                    ),
-                    timeout=8.0,  # the lock is held for all of it: only the deadline can have answered
-                )
-                assert not patient.done()
-        finally:
-            await redis.aclose()
+        async with held_lock(stack, cluster):
+            patient = asyncio.create_task(
+                client.schedule(cluster, factories.vm_spec(f"{unique}-patient", mem_mb=1024, vcpus=1))
+            )
+            due = datetime.now(UTC) + timedelta(seconds=1.5)
+            hurried = await asyncio.wait_for(
+                client.schedule(cluster, factories.vm_spec(f"{unique}-hurried", mem_mb=1024, vcpus=1), deadline=due),
+                timeout=8.0,  # the lock is held for all of it: only the deadline can have answered
+            )
+            assert not patient.done()
         placed = await patient
     assert hurried.status is DecisionStatus.EXPIRED
     assert hurried.host_id is None

@@ -10,8 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests import factories
-from tests.factories import first_generation
-from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, held_lock, services
 from vmsched import constants as c
 from vmsched.contracts import (
     DecisionStatus,
@@ -26,8 +25,6 @@ from vmsched.contracts import (
 from vmsched.db import migrate
 from vmsched.errors import InvalidRequest
 from vmsched.settings import Settings
-from vmsched.store import ClusterLock
-from vmsched.store.redis import connect
 from vmsched_services.filter_worker.service import FilterWorker
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
@@ -73,16 +70,11 @@ async def test_a_failing_request_does_not_fail_its_group(stack: Settings, buses:
     async with buses.client(stack) as client:
         await factories.make_cluster(client, cluster, 3, cpu_cores=8, physical_mem_mb=8192, mem_free_mb=8192)
         names = [f"{unique}-a", f"{unique}-bad", f"{unique}-c"]
-        redis = connect(stack)
-        try:
-            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
-                sent = [
-                    asyncio.create_task(client.schedule(cluster, factories.vm_spec(n, mem_mb=512, vcpus=1)))
-                    for n in names
-                ]
-                await asyncio.sleep(1.0)
-        finally:
-            await redis.aclose()
+        async with held_lock(stack, cluster):
+            sent = [
+                asyncio.create_task(client.schedule(cluster, factories.vm_spec(n, mem_mb=512, vcpus=1))) for n in names
+            ]
+            await asyncio.sleep(1.0)
         a, bad, c_ = await asyncio.gather(*sent)
     assert a.status is DecisionStatus.PLACED, a.error
     assert c_.status is DecisionStatus.PLACED

@@ -11,15 +11,12 @@ from collections.abc import AsyncIterator
 import pytest
 
 from tests import factories
-from tests.factories import first_generation
-from tests.integration.conftest import ON_BOTH_BUSES, Buses, services
+from tests.integration.conftest import ON_BOTH_BUSES, Buses, held_lock, services
 from vmsched.contracts import DecisionStatus
 from vmsched.db import migrate
 from vmsched.lifecycle import placing
 from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
-from vmsched.store import ClusterLock
-from vmsched.store.redis import connect
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
 
@@ -53,13 +50,9 @@ async def test_a_group_placed_in_the_selector_decides_as_one_at_a_time(
         state = await client.state(cluster)
         table = HostTable.from_states(state.hosts, state.settings)
         vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=2048, vcpus=1) for i in range(GROUP)]
-        redis = connect(stack)
-        try:
-            async with ClusterLock(redis, stack, recover=first_generation(redis, stack)).hold(cluster):
-                sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
-                await asyncio.sleep(1.0)
-        finally:
-            await redis.aclose()
+        async with held_lock(stack, cluster):
+            sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
+            await asyncio.sleep(1.0)
         decisions = await asyncio.gather(*sent)
     assert all(d.status is DecisionStatus.PLACED for d in decisions), [d.explanation.summary for d in decisions]
     assert len({d.fencing_token for d in decisions}) == 1, "one group"

@@ -29,6 +29,7 @@ from tests.integration.state_scenarios import (
     deliver_burst,
     own_prefix,
     place_pending,
+    refuse_vm,
     run_scenario,
     running_vm,
     scenario_steps,
@@ -41,7 +42,7 @@ from vmsched.contracts import (
     VmStatus,
 )
 from vmsched.settings import Settings
-from vmsched.store import Keys, StateWriter, state_writer
+from vmsched.store import Keys, StateWriter
 
 pytestmark = pytest.mark.integration
 
@@ -133,14 +134,7 @@ async def test_a_report_the_writer_refuses_is_dead_lettered_alone_and_the_rest_o
 ) -> None:
     """One report of a run cannot be applied (the writer raises on it): the run is applied one
     report at a time, that one dead-lettered with its reason, every other acked and in the state."""
-    real = state_writer._vm_change
-
-    def refusing(cluster: Any, report: VmReport) -> Any:
-        if report.vm_id == "poison":
-            raise ValueError("vm poison cannot be applied")
-        return real(cluster, report)
-
-    monkeypatch.setattr(state_writer, "_vm_change", refusing)
+    refuse_vm(monkeypatch, "poison")
     cfg = own_prefix(settings)
     tracker = scenario_tracker(redis_client, cfg)
     host = host_report("ca", "h1", cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000, reported_at=T0)

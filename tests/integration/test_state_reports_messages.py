@@ -23,6 +23,7 @@ from tests.integration.state_scenarios import (
     RecordingBroker,
     own_prefix,
     place_pending,
+    refuse_vm,
     run_scenario,
     running_vm,
     scenario_steps,
@@ -34,7 +35,7 @@ from vmsched.bus.codec import encode, type_name
 from vmsched.bus.dispatch import Delivery, Dispatcher
 from vmsched.contracts import HostReport, StateReports, VmReport
 from vmsched.settings import Settings
-from vmsched.store import Keys, state_writer
+from vmsched.store import Keys
 from vmsched.store.redis import unavailable
 
 pytestmark = pytest.mark.integration
@@ -99,14 +100,7 @@ def test_state_reports_leave_what_their_reports_one_at_a_time_leave(
 async def test_a_message_with_a_refused_report_is_dead_lettered_with_its_reason_and_the_rest_applied(
     redis_client: aioredis.Redis, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = state_writer._vm_change
-
-    def refusing(cluster: Any, report: VmReport) -> Any:
-        if report.vm_id == "poison":
-            raise ValueError("vm poison cannot be applied")
-        return real(cluster, report)
-
-    monkeypatch.setattr(state_writer, "_vm_change", refusing)
+    refuse_vm(monkeypatch, "poison")
     cfg = own_prefix(settings)
     tracker = scenario_tracker(redis_client, cfg)
     host = host_report("ca", "h1", cpu_cores=16, physical_mem_mb=32_000, mem_free_mb=30_000, reported_at=T0)

@@ -386,15 +386,6 @@ class FencedOut(LockError):
     code = "fenced_out"
     meaning = "a write carried a fencing token older than the lock's latest"
 
-    @classmethod
-    def stale(cls, what: str, cluster_id: str, token: int | None, latest: int) -> FencedOut:
-        """`what` (a write to `cluster_id`) refused: `token` is no longer the cluster's latest."""
-        return cls(
-            f"{what} refused: token {token} is not the latest of cluster {cluster_id} ({latest}); "
-            "the lock was lost and acquired again",
-            location=f"cluster.{cluster_id}",
-        )
-
 
 class StateResyncing(VmschedError):
     """Retryable: the cluster waits for the engine's full report after Redis lost its state."""

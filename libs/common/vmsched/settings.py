@@ -204,9 +204,8 @@ class Settings(BaseSettings):
     place_in_worker: bool = True
     #: With place_in_worker, the selector places a group itself when it is small enough
     #: (lifecycle.placing.LOCAL_PLACE_MAX_WORK host-VM evaluations) and every unit of its policy is
-    #: installed here: the same placement code, one bus hop less per group; larger groups, and
-    #: policies with units only workers have, still go to the filter-workers. On by default: a
-    #: third less CPU per decision in the bench suite, and the fault suite holds with it.
+    #: installed here: the same placement code, one bus hop less per group (a third less CPU per
+    #: decision); larger groups, and policies with units only workers have, go to the filter-workers.
     place_in_selector: bool = True
     #: Requests for one cluster a selector decides back to back under one lock acquisition (each
     #: seeing the earlier ones as pending, as if they came one at a time); 1 decides one at a time.

@@ -58,10 +58,11 @@ from redis.asyncio.client import Pipeline
 from redis.exceptions import NoScriptError
 
 from vmsched.contracts import ScheduleDecision, ScheduleRequest
-from vmsched.errors import FencedOut, VmschedError
+from vmsched.errors import VmschedError
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
 from vmsched.store import decision_scripts as scripts
+from vmsched.store.generations import fenced_out
 from vmsched.store.keys import Keys
 from vmsched.store.redis import pipelines_scripts, text
 
@@ -265,7 +266,7 @@ class DecisionStore:
             if status == 1:
                 return True, StoredDecision(decision, fingerprint, False)
             if status < 0:
-                raise FencedOut.stale(
+                raise fenced_out(
                     f"decision for request {decision.request_id}", decision.cluster_id, token, int(reply[1])
                 )
             existing = await self.record(decision.cluster_id, decision.request_id)
@@ -317,7 +318,7 @@ class DecisionStore:
             if int(reply[0]) < 0:
                 ids = [str(d.request_id) for d, _ in items]
                 what = f"decisions for requests {', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''}"
-                raise FencedOut.stale(what, cluster, token, int(reply[1]))
+                raise fenced_out(what, cluster, token, int(reply[1]))
             unreadable = put_outcomes(items, list(todo), reply[1], results)
             if not unreadable:
                 return [results[i] for i in range(len(items))]

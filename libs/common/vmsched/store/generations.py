@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
+from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store.keys import Keys
 from vmsched.store.redis import text
@@ -232,6 +233,15 @@ return {base / STAMP_SPAN, resyncing}
         )
 
 
+def fenced_out(what: str, cluster_id: str, token: int | None, latest: int) -> FencedOut:
+    """`what` (a write to `cluster_id`) refused: `token` is no longer the cluster's latest stamp."""
+    return FencedOut(
+        f"{what} refused: token {token} is not the latest of cluster {cluster_id} ({latest}); "
+        "the lock was lost and acquired again",
+        location=f"cluster.{cluster_id}",
+    )
+
+
 __all__ = [
     "CHECK_GENERATION",
     "GENERATION_LOST",
@@ -245,6 +255,7 @@ __all__ = [
     "Marker",
     "Recover",
     "counter_of",
+    "fenced_out",
     "generation_of",
     "stamp",
 ]

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 import redis.asyncio as aioredis
 
 from vmsched.contracts import PendingEntry, ScheduleDecision
-from vmsched.errors import FencedOut
 from vmsched.settings import Settings
 from vmsched.store import decision_scripts as scripts
 from vmsched.store.decisions import DecisionStore, StoredDecision, put_args, put_outcomes
+from vmsched.store.generations import fenced_out
 from vmsched.store.keys import Keys
 from vmsched.store.pending import RECORD_PENDING, record_args
 
@@ -96,7 +96,7 @@ class GroupWrites:
             args=[token, key_ttl_ms, len(entries), *pairs, *put_args(items, token, ttl_s, self._history_max)],
         )
         if int(reply[0]) < 0:
-            raise FencedOut.stale("group commit", cluster_id, token, int(reply[1]))
+            raise fenced_out("group commit", cluster_id, token, int(reply[1]))
         results: dict[int, tuple[bool, StoredDecision]] = {}
         unreadable = put_outcomes(items, range(len(items)), reply[2], results)
         if unreadable:

@@ -23,11 +23,10 @@ from pydantic import ValidationError
 from redis.asyncio.client import Pipeline
 
 from vmsched.contracts import PendingEntry
-from vmsched.errors import FencedOut
 from vmsched.logging import get_logger
 from vmsched.settings import Settings
 from vmsched.store._aio import cancel_requests, raise_if_cancelled
-from vmsched.store.generations import STAMP_SPAN
+from vmsched.store.generations import STAMP_SPAN, fenced_out
 from vmsched.store.keys import Keys
 
 log = get_logger(__name__)
@@ -189,7 +188,7 @@ class PendingStore:
             args=args,
         )
         if not ok:
-            raise FencedOut.stale("pending write", cluster_id, token, int(value))
+            raise fenced_out("pending write", cluster_id, token, int(value))
         return int(value)
 
     async def read(self, cluster_id: str, now: float | None = None) -> list[PendingEntry]:
