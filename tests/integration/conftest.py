@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -29,13 +30,15 @@ import aiormq
 import pytest
 import redis.asyncio as aioredis
 
-from tests.factories import Certificates, certificates, first_generation
+from tests.factories import Certificates, certificates, first_generation, make_cluster, placed_one_at_a_time, vm_spec
 from tests.servers import amqp_user
 from vmsched import constants as c
 from vmsched.bus import Bus, MemoryBroker, MemoryBus, connect
 from vmsched.bus.amqp import work_queue_arguments
 from vmsched.client import SchedulerClient
+from vmsched.contracts import ScheduleDecision
 from vmsched.runtime import Runtime
+from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
 from vmsched.store import ClusterLock, Keys, Lease
 from vmsched.store.redis import connect as connect_redis
@@ -171,6 +174,29 @@ async def held_lock(cfg: Settings, cluster: str) -> AsyncIterator[Lease]:
             yield lease
     finally:
         await redis.aclose()
+
+
+async def one_group_against_one_at_a_time(
+    client: SchedulerClient, cfg: Settings, cluster: str, unique: str, size: int
+) -> tuple[list[ScheduleDecision], Counter[str]]:
+    """`size` requests queued behind a held lock on a new cluster of 5 unequal hosts, then decided:
+    their decisions, and where the same VMs land placed one at a time (factories.placed_one_at_a_time)."""
+    await make_cluster(
+        client,
+        cluster,
+        5,
+        cpu_cores=8,
+        physical_mem_mb=16_384,
+        vary=lambda i: {"mem_free_mb": 6_000 + 2_000 * i, "cpu_usage_pct": 10.0 * i},
+    )
+    state = await client.state(cluster)
+    table = HostTable.from_states(state.hosts, state.settings)
+    vms = [vm_spec(f"{unique}-{i}", mem_mb=2048, vcpus=1) for i in range(size)]
+    async with held_lock(cfg, cluster):
+        sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
+        await asyncio.sleep(1.0)
+        assert not any(t.done() for t in sent)  # all queued behind the lock
+    return list(await asyncio.gather(*sent)), await placed_one_at_a_time(table, vms)
 
 
 async def superseded_lease(locks: ClusterLock, cluster: str) -> tuple[Lease, Lease]:

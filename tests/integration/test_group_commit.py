@@ -12,11 +12,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tests import factories
-from tests.integration.conftest import ON_BOTH_BUSES, Buses, held_lock, is_quorum_queue, services
+from tests.integration.conftest import (
+    ON_BOTH_BUSES,
+    Buses,
+    held_lock,
+    is_quorum_queue,
+    one_group_against_one_at_a_time,
+    services,
+)
 from vmsched import constants as c
 from vmsched.contracts import DecisionStatus
 from vmsched.db import migrate
-from vmsched.scheduling.hosts import HostTable
 from vmsched.settings import Settings
 
 pytestmark = [pytest.mark.integration, ON_BOTH_BUSES]
@@ -41,31 +47,14 @@ async def stack(bus_settings: Settings, buses: Buses, database: str) -> AsyncIte
 async def test_waiting_requests_are_decided_as_one_group_as_if_one_at_a_time(
     stack: Settings, buses: Buses, unique: str
 ) -> None:
-    cluster = f"group-{unique}"
     async with buses.client(stack) as client:
-        await factories.make_cluster(
-            client,
-            cluster,
-            5,
-            cpu_cores=8,
-            physical_mem_mb=16_384,
-            vary=lambda i: {"mem_free_mb": 6_000 + 2_000 * i, "cpu_usage_pct": 10.0 * i},
+        decisions, one_at_a_time = await one_group_against_one_at_a_time(
+            client, stack, f"group-{unique}", unique, GROUP
         )
-        state = await client.state(cluster)
-        table = HostTable.from_states(state.hosts, state.settings)
-        vms = [factories.vm_spec(f"{unique}-{i}", mem_mb=2048, vcpus=1) for i in range(GROUP)]
-
-        # Hold the cluster's lock so every request queues behind the selector's first one.
-        async with held_lock(stack, cluster):
-            sent = [asyncio.create_task(client.schedule(cluster, vm, timeout=30)) for vm in vms]
-            await asyncio.sleep(1.0)
-            assert not any(t.done() for t in sent)
-        decisions = await asyncio.gather(*sent)
-
     assert all(d.status is DecisionStatus.PLACED for d in decisions), [d.explanation.summary for d in decisions]
     assert len({d.fencing_token for d in decisions}) == 1, "one lock acquisition for the whole group"
     assert len({d.state_version for d in decisions}) == 1
-    assert Counter(d.host_id for d in decisions) == await factories.placed_one_at_a_time(table, vms)
+    assert Counter(d.host_id for d in decisions) == one_at_a_time
 
 
 async def test_waiting_requests_are_taken_by_priority_and_deadline_not_arrival(
