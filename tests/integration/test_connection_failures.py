@@ -5,6 +5,10 @@ pointed at, never changed)."""
 
 from __future__ import annotations
 
+import socket
+import ssl
+import struct
+import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -18,6 +22,7 @@ from vmsched.errors import BusUnavailable, DatabaseUnavailable, RedisUnavailable
 from vmsched.settings import Settings
 from vmsched.store import connect
 from vmsched.store.redis_failures import check_at_start
+from vmsched.store.redis_failures import diagnose as diagnose_redis
 from vmsched_services.tools.servers.base import free_port
 from vmsched_services.tools.servers.rabbit import RabbitNode
 from vmsched_services.tools.servers.redis import PrivateRedis
@@ -165,3 +170,56 @@ def test_a_tls_refusal_the_client_saw_only_as_a_reset_is_still_named_tls(
     failed = diagnose_amqp(cfg, private_rabbit.tls_url, ConnectionResetError("Connection reset by peer"))
     assert failed.kind == "tls_refused"
     assert "wants a client certificate" in str(failed)
+
+
+#: A fatal TLS alert record (protocol_version), what a TLS server sends for bytes that are not TLS.
+PROTOCOL_VERSION_ALERT = bytes([0x15, 0x03, 0x01, 0x00, 0x02, 0x02, 0x46])
+#: The first byte of a TLS handshake record (a ClientHello).
+HANDSHAKE_RECORD = bytes([0x16])
+
+
+@pytest.mark.parametrize("how", ["close", "reset"])
+def test_a_server_that_drops_the_connection_right_after_the_handshake_refused_our_certificate(
+    settings: Settings, certs: Certificates, how: str
+) -> None:
+    """Under TLS 1.3 the refusal of a missing client certificate can reach the client as a reset or
+    a bare close once the handshake is done, its alert never read: a server that took us would wait
+    for our first bytes, so the diagnosis names the certificate, not "no TLS here" nor nothing."""
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(certs.server_cert, certs.server_key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:  # the test closed the listener
+                return
+            try:
+                if conn.recv(1, socket.MSG_PEEK) != HANDSHAKE_RECORD:
+                    # Bytes that are not TLS (the probe's greetings): an alert, as TLS servers answer.
+                    conn.sendall(PROTOCOL_VERSION_ALERT)
+                    conn.close()
+                    continue
+                tls = server.wrap_socket(conn, server_side=True)
+            except OSError:
+                conn.close()
+                continue
+            if how == "reset":  # SO_LINGER 0: the close sends a reset
+                tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            tls.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        cfg = settings.model_copy(
+            update={"redis_url": f"rediss://127.0.0.1:{port}/0", "redis_tls_ca_file": str(certs.ca)}
+        )
+        found = diagnose_redis(cfg, ConnectionResetError("Connection reset by peer"))
+    finally:
+        listener.close()
+        thread.join(5)
+    assert found.kind == "tls_refused"
+    assert "wants a client certificate" in str(found)
+    assert "VMSCHED_REDIS_TLS_CERT_FILE" in (found.hint or "")

@@ -16,7 +16,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from vmsched.errors import ConnectionFailure
-from vmsched.reach.probe import NAMES, Answer, handshake_refusal, identify
+from vmsched.reach.probe import NAMES, Answer, ClosedAfterHandshake, handshake_refusal, identify
 from vmsched.reach.tls import Server, TlsFiles
 from vmsched.settings import redacted_url
 
@@ -114,7 +114,8 @@ def find_cause(exc: BaseException, kind: type[E] | tuple[type[E], ...]) -> E | N
 def _reason(err: ssl.SSLError) -> str:
     if isinstance(err, ssl.SSLCertVerificationError) and err.verify_message:
         return str(err.verify_message)
-    return str(err.reason or err.strerror or err)
+    # An SSLError made in Python (reach.probe.ClosedAfterHandshake) has no OpenSSL reason.
+    return str(getattr(err, "reason", None) or err.strerror or err)
 
 
 def tls_refused(target: Target, exc: BaseException) -> Diagnosis | None:
@@ -134,7 +135,7 @@ def tls_refused(target: Target, exc: BaseException) -> Diagnosis | None:
             f"in {target.setting} as its certificate does",
         )
     upper = reason.upper().replace(" ", "_")
-    if any(r in upper for r in _CLIENT_CERT_REASONS):
+    if isinstance(err, ClosedAfterHandshake) or any(r in upper for r in _CLIENT_CERT_REASONS):
         given = f"the one in {tls.cert_file}" if tls.cert_file else "none was given"
         return Diagnosis(
             "tls_refused",

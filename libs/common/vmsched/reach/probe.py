@@ -9,6 +9,7 @@ short timeouts: callers in an event loop run it in a thread.
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 from typing import Literal
@@ -52,20 +53,45 @@ def identify(host: str, port: int, timeout_s: float = 1.5) -> Answer:
     return "silent" if first is None and second is None else "unknown"
 
 
+class ClosedAfterHandshake(ssl.SSLError):
+    """The server reset or closed the connection during or right after the TLS handshake, before we
+    sent a byte: a server that took us would wait for our first bytes, so it refused us. Under TLS 1.3
+    that is how a refused client certificate (or a missing one) looks when its alert is not read."""
+
+
 def handshake_refusal(host: str, port: int, context: ssl.SSLContext, timeout_s: float = 1.5) -> ssl.SSLError | None:
     """The TLS error a handshake with host:port ends in, else None. The read after it matters: under
     TLS 1.3 a server refuses the client's certificate (or its lack) only after the client finished, in
-    an alert that a client busy writing its first bytes may never read (it sees the connection reset)."""
+    an alert that a client busy writing its first bytes may never read (it sees the connection reset);
+    a reset or close before we sent anything, once the handshake is done, is that refusal too
+    (ClosedAfterHandshake)."""
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout_s) as raw,
-            context.wrap_socket(raw, server_hostname=host) as tls,
-        ):
-            tls.recv(1)
-    except ssl.SSLError as exc:
-        return exc
-    except OSError:  # no answer in time (it waits for our first bytes: all is well), or gone
+        with socket.create_connection((host, port), timeout=timeout_s) as raw:
+            try:
+                tls = context.wrap_socket(raw, server_hostname=host)
+            except ssl.SSLError as exc:
+                return exc
+            with tls:
+                return _after_handshake(tls)
+    except OSError:  # no answer in time, or nothing there
         return None
+
+
+def _after_handshake(tls: ssl.SSLSocket) -> ssl.SSLError | None:
+    """What the server does once the handshake is done and we say nothing: a server that took us
+    waits for our first bytes (no answer in time: None)."""
+    try:
+        got = tls.recv(1)
+    except ssl.SSLEOFError:  # closed without a word: not "no TLS here", the handshake went through
+        return ClosedAfterHandshake(errno.ECONNRESET, "the server closed the connection after the handshake")
+    except ssl.SSLError as exc:  # its alert: the reason, by name
+        return exc
+    except (ConnectionResetError, BrokenPipeError):
+        return ClosedAfterHandshake(errno.ECONNRESET, "the server reset the connection after the handshake")
+    except OSError:
+        return None
+    if got == b"":
+        return ClosedAfterHandshake(errno.ECONNRESET, "the server closed the connection after the handshake")
     return None
 
 
@@ -81,4 +107,4 @@ def _exchange(host: str, port: int, greeting: bytes, timeout_s: float) -> bytes 
             return b""
 
 
-__all__ = ["NAMES", "SSL_REQUEST", "Answer", "handshake_refusal", "identify"]
+__all__ = ["NAMES", "SSL_REQUEST", "Answer", "ClosedAfterHandshake", "handshake_refusal", "identify"]
