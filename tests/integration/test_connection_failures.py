@@ -179,12 +179,15 @@ HANDSHAKE_RECORD = bytes([0x16])
 
 
 @pytest.mark.parametrize("how", ["close", "reset"])
+@pytest.mark.parametrize("plain", ["alert", "reset"])
 def test_a_server_that_drops_the_connection_right_after_the_handshake_refused_our_certificate(
-    settings: Settings, certs: Certificates, how: str
+    settings: Settings, certs: Certificates, how: str, plain: str
 ) -> None:
     """Under TLS 1.3 the refusal of a missing client certificate can reach the client as a reset or
     a bare close once the handshake is done, its alert never read: a server that took us would wait
-    for our first bytes, so the diagnosis names the certificate, not "no TLS here" nor nothing."""
+    for our first bytes, so the diagnosis names the certificate, not "no TLS here" nor nothing; also
+    when the server answers the probe's plain greetings with a reset rather than an alert (the
+    greetings' unread bytes make its close a reset, which can beat its alert)."""
     server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server.load_cert_chain(certs.server_cert, certs.server_key)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -198,8 +201,12 @@ def test_a_server_that_drops_the_connection_right_after_the_handshake_refused_ou
                 return
             try:
                 if conn.recv(1, socket.MSG_PEEK) != HANDSHAKE_RECORD:
-                    # Bytes that are not TLS (the probe's greetings): an alert, as TLS servers answer.
-                    conn.sendall(PROTOCOL_VERSION_ALERT)
+                    # Bytes that are not TLS (the probe's greetings): an alert, as TLS servers answer,
+                    # or a bare reset, as one can look when the alert is lost.
+                    if plain == "alert":
+                        conn.sendall(PROTOCOL_VERSION_ALERT)
+                    else:
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     conn.close()
                     continue
                 tls = server.wrap_socket(conn, server_side=True)

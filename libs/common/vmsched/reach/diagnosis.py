@@ -16,7 +16,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 from vmsched.errors import ConnectionFailure
-from vmsched.reach.probe import NAMES, Answer, ClosedAfterHandshake, handshake_refusal, identify
+from vmsched.reach.probe import CLOSED_AFTER_HANDSHAKE, NAMES, Answer, handshake_refusal, identify
 from vmsched.reach.tls import Server, TlsFiles
 from vmsched.settings import redacted_url
 
@@ -114,8 +114,7 @@ def find_cause(exc: BaseException, kind: type[E] | tuple[type[E], ...]) -> E | N
 def _reason(err: ssl.SSLError) -> str:
     if isinstance(err, ssl.SSLCertVerificationError) and err.verify_message:
         return str(err.verify_message)
-    # An SSLError made in Python (reach.probe.ClosedAfterHandshake) has no OpenSSL reason.
-    return str(getattr(err, "reason", None) or err.strerror or err)
+    return str(err.reason or err.strerror or err)
 
 
 def tls_refused(target: Target, exc: BaseException) -> Diagnosis | None:
@@ -135,14 +134,8 @@ def tls_refused(target: Target, exc: BaseException) -> Diagnosis | None:
             f"in {target.setting} as its certificate does",
         )
     upper = reason.upper().replace(" ", "_")
-    if isinstance(err, ClosedAfterHandshake) or any(r in upper for r in _CLIENT_CERT_REASONS):
-        given = f"the one in {tls.cert_file}" if tls.cert_file else "none was given"
-        return Diagnosis(
-            "tls_refused",
-            f"{target.where} refused the TLS handshake ({reason}): it wants a client certificate it trusts, "
-            f"and {given}",
-            f"set {tls.prefix}_CERT_FILE and {tls.prefix}_KEY_FILE to a certificate signed by a CA the server trusts",
-        )
+    if any(r in upper for r in _CLIENT_CERT_REASONS):
+        return _wants_client_certificate(target, tls, reason)
     if any(r in upper for r in _NOT_TLS_REASONS):
         return Diagnosis(
             "tls_refused",
@@ -153,6 +146,15 @@ def tls_refused(target: Target, exc: BaseException) -> Diagnosis | None:
         "tls_refused",
         f"TLS with {target.where} failed: {reason} (certificates checked against {tls.checked_against()})",
         f"check {tls.prefix}_CA_FILE, _CERT_FILE and _KEY_FILE against the server's TLS settings",
+    )
+
+
+def _wants_client_certificate(target: Target, tls: TlsFiles, reason: str) -> Diagnosis:
+    given = f"the one in {tls.cert_file}" if tls.cert_file else "none was given"
+    return Diagnosis(
+        "tls_refused",
+        f"{target.where} refused the TLS handshake ({reason}): it wants a client certificate it trusts, and {given}",
+        f"set {tls.prefix}_CERT_FILE and {tls.prefix}_KEY_FILE to a certificate signed by a CA the server trusts",
     )
 
 
@@ -187,10 +189,16 @@ def probed(target: Target, exc: BaseException) -> Diagnosis:
             f"fix the address in {target.setting}: {target.name} listens on port {_SERVERS[target.server][2]} "
             "by default",
         )
-    if found == "tls" and target.tls is not None and target.server != "postgres":
+    if found in ("tls", "unknown") and target.tls is not None and target.server != "postgres":
         # A TLS port, asked over TLS, yet no TLS error came through the client: shake hands again here.
+        # "unknown" too: a TLS server may reset the connection on the plain greetings (bytes of ours
+        # left unread) before its alert is read.
         refusal = handshake_refusal(target.host, target.port, target.tls.context())
-        if refusal is not None:
+        if refusal == CLOSED_AFTER_HANDSHAKE:
+            return _wants_client_certificate(
+                target, target.tls, "it dropped the connection once the handshake was done"
+            )
+        if isinstance(refusal, ssl.SSLError):
             return tls_refused(target, refusal) or generic(target, exc)
     if found == "tls" and target.tls is None:
         return Diagnosis(

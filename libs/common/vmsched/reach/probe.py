@@ -9,10 +9,9 @@ short timeouts: callers in an event loop run it in a thread.
 
 from __future__ import annotations
 
-import errno
 import socket
 import ssl
-from typing import Literal
+from typing import Final, Literal
 
 #: "nothing": connection refused; "silent": it accepts but says nothing to either greeting; "unknown":
 #: it says something none of these would.
@@ -53,18 +52,21 @@ def identify(host: str, port: int, timeout_s: float = 1.5) -> Answer:
     return "silent" if first is None and second is None else "unknown"
 
 
-class ClosedAfterHandshake(ssl.SSLError):
-    """The server reset or closed the connection during or right after the TLS handshake, before we
-    sent a byte: a server that took us would wait for our first bytes, so it refused us. Under TLS 1.3
-    that is how a refused client certificate (or a missing one) looks when its alert is not read."""
+#: What `handshake_refusal` says of a server that reset or closed the connection once the handshake
+#: was done, before we sent a byte: a server that took us would wait for our first bytes, so it
+#: refused us. Under TLS 1.3 that is how a refused client certificate (or a missing one) looks when
+#: its alert is not read.
+CLOSED_AFTER_HANDSHAKE: Final = "closed after the handshake"
 
 
-def handshake_refusal(host: str, port: int, context: ssl.SSLContext, timeout_s: float = 1.5) -> ssl.SSLError | None:
+def handshake_refusal(
+    host: str, port: int, context: ssl.SSLContext, timeout_s: float = 1.5
+) -> ssl.SSLError | Literal["closed after the handshake"] | None:
     """The TLS error a handshake with host:port ends in, else None. The read after it matters: under
     TLS 1.3 a server refuses the client's certificate (or its lack) only after the client finished, in
     an alert that a client busy writing its first bytes may never read (it sees the connection reset);
     a reset or close before we sent anything, once the handshake is done, is that refusal too
-    (ClosedAfterHandshake)."""
+    (CLOSED_AFTER_HANDSHAKE)."""
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as raw:
             try:
@@ -77,22 +79,20 @@ def handshake_refusal(host: str, port: int, context: ssl.SSLContext, timeout_s: 
         return None
 
 
-def _after_handshake(tls: ssl.SSLSocket) -> ssl.SSLError | None:
+def _after_handshake(tls: ssl.SSLSocket) -> ssl.SSLError | Literal["closed after the handshake"] | None:
     """What the server does once the handshake is done and we say nothing: a server that took us
     waits for our first bytes (no answer in time: None)."""
     try:
         got = tls.recv(1)
     except ssl.SSLEOFError:  # closed without a word: not "no TLS here", the handshake went through
-        return ClosedAfterHandshake(errno.ECONNRESET, "the server closed the connection after the handshake")
+        return CLOSED_AFTER_HANDSHAKE
     except ssl.SSLError as exc:  # its alert: the reason, by name
         return exc
     except (ConnectionResetError, BrokenPipeError):
-        return ClosedAfterHandshake(errno.ECONNRESET, "the server reset the connection after the handshake")
+        return CLOSED_AFTER_HANDSHAKE
     except OSError:
         return None
-    if got == b"":
-        return ClosedAfterHandshake(errno.ECONNRESET, "the server closed the connection after the handshake")
-    return None
+    return CLOSED_AFTER_HANDSHAKE if got == b"" else None
 
 
 def _exchange(host: str, port: int, greeting: bytes, timeout_s: float) -> bytes | None:
@@ -107,4 +107,4 @@ def _exchange(host: str, port: int, greeting: bytes, timeout_s: float) -> bytes 
             return b""
 
 
-__all__ = ["NAMES", "SSL_REQUEST", "Answer", "ClosedAfterHandshake", "handshake_refusal", "identify"]
+__all__ = ["CLOSED_AFTER_HANDSHAKE", "NAMES", "SSL_REQUEST", "Answer", "handshake_refusal", "identify"]
